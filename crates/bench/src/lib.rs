@@ -1,0 +1,4 @@
+//! railstore's benchmarks (DESIGN §3.7): each prints what it measured and on what, writes
+//! JSON/CSV and a Markdown summary, draws its plots and shows progress on long runs.
+
+pub mod device;

@@ -1,0 +1,1 @@
+//! Key-value devices (DESIGN §3.2).
