@@ -2,3 +2,6 @@
 //! JSON/CSV and a Markdown summary, draws its plots and shows progress on long runs.
 
 pub mod device;
+pub mod ec;
+pub mod meter;
+pub mod plot;

@@ -1,1 +1,41 @@
-fn main() {}
+//! The `railstore` command line: picks devices and coders and runs the jobs.
+
+use clap::{Parser, Subcommand};
+use railstore_bench::{device::DeviceBenchArgs, ec::EcBenchArgs};
+
+/// railstore: an object and key-value store for flash arrays that keeps reads at read-only
+/// latency while writes pour in, protected by erasure codes.
+#[derive(Parser)]
+#[command(name = "railstore", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Benchmark the erasure coders the way EC-Bench does (encode/decode sweeps over k, m,
+    /// chunk size, engine and threads).
+    EcBench(EcBenchArgs),
+    /// Workload benchmarks.
+    Bench {
+        #[command(subcommand)]
+        what: BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// A fio-like load on one key-value device backend.
+    Device(DeviceBenchArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::EcBench(args) => railstore_bench::ec::run(&args).map(|_| ()),
+        Command::Bench { what } => match what {
+            BenchCommand::Device(args) => railstore_bench::device::run(&args),
+        },
+    }
+}

@@ -1,0 +1,499 @@
+//! `Codec`: a code bound to an engine and a thread count, with the operations the store needs.
+//! Every operation works on caller-provided buffers and reduces to one engine call, a matrix
+//! times shards, so encode and decode do the same work per byte.
+
+use crate::code::{Code, SHARDS_MAX};
+use crate::engine::{Engine, Tables};
+use crate::gf::Matrix;
+use crate::EcError;
+use std::collections::HashMap;
+use std::mem::MaybeUninit;
+use std::sync::{Arc, Mutex};
+
+/// Decode matrices kept per erasure pattern before the cache starts evicting.
+pub const DECODE_CACHE_ENTRIES_MAX: usize = 1024;
+
+/// Smallest share of a shard worth handing to another thread.
+const THREAD_SPLIT_BYTES_MIN: usize = 16 * 1024;
+
+/// Bytes per step of `update_parity` and `verify`, sized to stay in L1.
+const BLOCK_BYTES: usize = 4096;
+
+type ShardMask = [u64; SHARDS_MAX / 64];
+
+/// A multiply-xor hasher for shard masks: SipHash over 64 bytes cost a third of a 4 KiB decode.
+#[derive(Default)]
+struct MaskHasher(u64);
+
+impl std::hash::Hasher for MaskHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Arrays of u64 arrive here as their bytes; take them eight at a time.
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7cc1_b727_220a_95);
+    }
+}
+
+type MaskHash = std::hash::BuildHasherDefault<MaskHasher>;
+
+fn mask_of(indices: impl Iterator<Item = usize>) -> ShardMask {
+    let mut m = [0u64; SHARDS_MAX / 64];
+    for i in indices {
+        m[i / 64] |= 1 << (i % 64);
+    }
+    m
+}
+
+/// Up to 256 shard pointers (or indices) on the stack, left uninitialised past `len`: zeroing
+/// 2 KiB arrays per call costs a tenth of a 4 KiB decode. One `MaybeUninit` for the whole array
+/// (rather than an array of them) keeps LLVM from turning it into a memset.
+struct PtrList<P: Copy, const CAP: usize = SHARDS_MAX> {
+    buf: MaybeUninit<[P; CAP]>,
+    len: usize,
+}
+
+/// Runs `$body` with the constant `$cap` set to a list capacity that fits `$n` shards, so the
+/// common small codes use small stack lists (LLVM zeroes these lists whatever we ask).
+macro_rules! with_list_capacity {
+    ($n:expr, |$cap:ident| $body:expr) => {
+        if $n <= 32 {
+            const $cap: usize = 32;
+            $body
+        } else {
+            const $cap: usize = SHARDS_MAX;
+            $body
+        }
+    };
+}
+
+impl<P: Copy, const CAP: usize> PtrList<P, CAP> {
+    #[inline(always)]
+    fn new() -> Self {
+        PtrList {
+            buf: MaybeUninit::uninit(),
+            len: 0,
+        }
+    }
+
+    #[inline(always)]
+    fn push(&mut self, p: P) {
+        assert!(self.len < CAP, "more shards than the list holds");
+        // SAFETY: len < CAP, so the write stays inside the array.
+        unsafe { self.buf.as_mut_ptr().cast::<P>().add(self.len).write(p) };
+        self.len += 1;
+    }
+
+    fn as_slice(&self) -> &[P] {
+        // SAFETY: the first `len` entries were written by `push`.
+        unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast(), self.len) }
+    }
+}
+
+/// A code, an engine and a thread pool: encode, reconstruct, verify and update parity.
+pub struct Codec {
+    code: Code,
+    engine: Engine,
+    /// m x k: parity from data.
+    encode: Tables,
+    /// Per data shard, m x 1: its column of the parity matrix, for delta updates.
+    deltas: Vec<Tables>,
+    /// (survivors used, shards wanted) -> decode matrix.
+    decode_cache: Mutex<HashMap<(ShardMask, ShardMask), Arc<Tables>, MaskHash>>,
+    threads: usize,
+    pool: Option<rayon::ThreadPool>,
+}
+
+impl std::fmt::Debug for Codec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Codec")
+            .field("code", &self.code.id())
+            .field("k", &self.code.k())
+            .field("m", &self.code.m())
+            .field("engine", &self.engine)
+            .field("threads", &self.threads)
+            .finish()
+    }
+}
+
+impl Codec {
+    /// A single-threaded codec on the engine `Engine::auto` picks.
+    pub fn new(code: Code) -> Result<Codec, EcError> {
+        Codec::with_engine(code, Engine::auto()?)
+    }
+
+    /// A single-threaded codec on `engine`; an error if the engine cannot run here.
+    pub fn with_engine(code: Code, engine: Engine) -> Result<Codec, EcError> {
+        engine.check_available()?;
+        let encode = Tables::new(&code.parity_matrix());
+        let parity = code.parity_matrix();
+        let deltas = (0..code.k())
+            .map(|c| {
+                let col: Vec<u8> = (0..code.m()).map(|r| parity.get(r, c)).collect();
+                Tables::new(&Matrix::from_rows(code.m(), 1, col))
+            })
+            .collect();
+        Ok(Codec {
+            code,
+            engine,
+            encode,
+            deltas,
+            decode_cache: Mutex::new(HashMap::default()),
+            threads: 1,
+            pool: None,
+        })
+    }
+
+    /// Splits large shards into column ranges coded by `threads` threads (eRails Fig. 5).
+    pub fn with_threads(mut self, threads: usize) -> Result<Codec, EcError> {
+        if threads == 0 {
+            return Err(EcError::InvalidThreadCount(threads));
+        }
+        self.pool = if threads > 1 {
+            Some(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .thread_name(|i| format!("railstore-ec-{i}"))
+                    .build()
+                    .map_err(|e| EcError::ThreadPool(e.to_string()))?,
+            )
+        } else {
+            None
+        };
+        self.threads = threads;
+        Ok(self)
+    }
+
+    pub fn code(&self) -> &Code {
+        &self.code
+    }
+
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Computes the m parity shards of k data shards. All shards have one length (any length).
+    pub fn encode(&self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<(), EcError> {
+        let (k, m) = (self.code.k(), self.code.m());
+        check_count("data", k, data.len())?;
+        check_count("parity", m, parity.len())?;
+        let len = data[0].len();
+        check_lengths(len, data.iter().map(|d| d.len()).chain(parity.iter().map(|p| p.len())))?;
+        with_list_capacity!(k.max(m), |CAP| {
+            let mut ins = PtrList::<_, CAP>::new();
+            let mut outs = PtrList::<_, CAP>::new();
+            data.iter().for_each(|d| ins.push(d.as_ptr()));
+            parity.iter_mut().for_each(|p| outs.push(p.as_mut_ptr()));
+            // SAFETY: k inputs and m outputs of `len` bytes; the &mut borrows make the
+            // outputs distinct from each other and from the shared inputs.
+            unsafe { self.run(&self.encode, ins.as_slice(), outs.as_slice(), len, false) };
+        });
+        Ok(())
+    }
+
+    /// `encode` on one slice of k + m shards, data first.
+    pub fn encode_shards(&self, shards: &mut [&mut [u8]]) -> Result<(), EcError> {
+        check_count("total", self.code.n(), shards.len())?;
+        let len = shards[0].len();
+        check_lengths(len, shards.iter().map(|s| s.len()))?;
+        let (data, parity) = shards.split_at_mut(self.code.k());
+        with_list_capacity!(self.code.n(), |CAP| {
+            let mut ins = PtrList::<_, CAP>::new();
+            let mut outs = PtrList::<_, CAP>::new();
+            data.iter().for_each(|d| ins.push(d.as_ptr()));
+            parity.iter_mut().for_each(|p| outs.push(p.as_mut_ptr()));
+            // SAFETY: as in `encode`: distinct `&mut` buffers of one length.
+            unsafe { self.run(&self.encode, ins.as_slice(), outs.as_slice(), len, false) };
+        });
+        Ok(())
+    }
+
+    /// Rebuilds every shard whose `present` flag is false, data and parity, from the others.
+    /// `shards` holds all k + m buffers of one length; missing ones are overwritten.
+    pub fn reconstruct(&self, shards: &mut [&mut [u8]], present: &[bool]) -> Result<(), EcError> {
+        self.reconstruct_inner(shards, present, false)
+    }
+
+    /// Rebuilds only the missing data shards; missing parity shards are left untouched.
+    pub fn reconstruct_data(
+        &self,
+        shards: &mut [&mut [u8]],
+        present: &[bool],
+    ) -> Result<(), EcError> {
+        self.reconstruct_inner(shards, present, true)
+    }
+
+    fn reconstruct_inner(
+        &self,
+        shards: &mut [&mut [u8]],
+        present: &[bool],
+        data_only: bool,
+    ) -> Result<(), EcError> {
+        let (k, n) = (self.code.k(), self.code.n());
+        check_count("total", n, shards.len())?;
+        check_count("presence flag", n, present.len())?;
+        let len = shards[0].len();
+        check_lengths(len, shards.iter().map(|s| s.len()))?;
+        let limit = if data_only { k } else { n };
+        let missing = present.iter().filter(|p| !**p).count();
+        if missing > self.code.m() {
+            return Err(EcError::TooManyErasures {
+                missing,
+                m: self.code.m(),
+            });
+        }
+        with_list_capacity!(n, |CAP| {
+            let mut wanted = PtrList::<usize, CAP>::new();
+            (0..limit)
+                .filter(|&i| !present[i])
+                .for_each(|i| wanted.push(i));
+            if wanted.len == 0 {
+                return Ok(());
+            }
+            let mut survivors = PtrList::<usize, CAP>::new();
+            (0..n)
+                .filter(|&i| present[i])
+                .take(k)
+                .for_each(|i| survivors.push(i));
+            let (survivors, wanted) = (survivors.as_slice(), wanted.as_slice());
+            let tables = self.decode_tables(survivors, wanted);
+            let mut ins = PtrList::<_, CAP>::new();
+            let mut outs = PtrList::<_, CAP>::new();
+            survivors.iter().for_each(|&i| ins.push(shards[i].as_ptr()));
+            wanted.iter().for_each(|&i| outs.push(shards[i].as_mut_ptr()));
+            // SAFETY: survivors and wanted are disjoint index sets of distinct `&mut` buffers,
+            // all `len` bytes long.
+            unsafe { self.run(&tables, ins.as_slice(), outs.as_slice(), len, false) };
+        });
+        Ok(())
+    }
+
+    /// The matrix that turns the `survivors` into the `wanted` shards, from the cache when it is
+    /// there.
+    fn decode_tables(&self, survivors: &[usize], wanted: &[usize]) -> Arc<Tables> {
+        let key = (
+            mask_of(survivors.iter().copied()),
+            mask_of(wanted.iter().copied()),
+        );
+        let mut cache = self.decode_cache.lock().expect("decode cache poisoned");
+        if let Some(t) = cache.get(&key) {
+            return t.clone();
+        }
+        let g = self.code.generator();
+        let inverse = g
+            .select_rows(survivors)
+            .invert()
+            .expect("any k rows of an MDS generator are invertible");
+        let mut rows = Vec::with_capacity(wanted.len() * self.code.k());
+        for &i in wanted {
+            if i < self.code.k() {
+                rows.extend_from_slice(inverse.row(i));
+            } else {
+                let one = Matrix::from_rows(1, self.code.k(), g.row(i).to_vec());
+                rows.extend_from_slice(one.mul(&inverse).row(0));
+            }
+        }
+        let t = Arc::new(Tables::new(&Matrix::from_rows(
+            wanted.len(),
+            self.code.k(),
+            rows,
+        )));
+        if cache.len() >= DECODE_CACHE_ENTRIES_MAX {
+            // Any victim will do: patterns are few in practice and rebuilding one is cheap.
+            if let Some(victim) = cache.keys().next().copied() {
+                cache.remove(&victim);
+            }
+        }
+        cache.insert(key, t.clone());
+        t
+    }
+
+    /// Number of decode matrices cached now.
+    pub fn decode_cache_entries(&self) -> usize {
+        self.decode_cache.lock().expect("decode cache poisoned").len()
+    }
+
+    /// Whether the parity shards match the data shards. `shards` holds k + m shards.
+    pub fn verify(&self, shards: &[&[u8]]) -> Result<bool, EcError> {
+        let (k, m) = (self.code.k(), self.code.m());
+        check_count("total", self.code.n(), shards.len())?;
+        let len = shards[0].len();
+        check_lengths(len, shards.iter().map(|s| s.len()))?;
+        let mut scratch = vec![0u8; m * BLOCK_BYTES.min(len)];
+        let mut off = 0;
+        while off < len {
+            let n = BLOCK_BYTES.min(len - off);
+            let mut ins = PtrList::<_>::new();
+            let mut outs = PtrList::<_>::new();
+            shards[..k].iter().for_each(|s| ins.push(s[off..].as_ptr()));
+            scratch
+                .chunks_mut(n)
+                .take(m)
+                .for_each(|s| outs.push(s.as_mut_ptr()));
+            // SAFETY: inputs hold at least n bytes past `off`; outputs are disjoint n-byte
+            // pieces of `scratch`.
+            unsafe {
+                self.engine
+                    .apply(&self.encode, ins.as_slice(), outs.as_slice(), n, false)
+            };
+            for r in 0..m {
+                if scratch[r * n..(r + 1) * n] != shards[k + r][off..off + n] {
+                    return Ok(false);
+                }
+            }
+            off += n;
+        }
+        Ok(true)
+    }
+
+    /// Brings the parity up to date after data shard `index` changed from `old` to `new`
+    /// without reading the other data shards: parity_r ^= coef(r, index) * (old ^ new).
+    pub fn update_parity(
+        &self,
+        index: usize,
+        old: &[u8],
+        new: &[u8],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), EcError> {
+        let (k, m) = (self.code.k(), self.code.m());
+        if index >= k {
+            return Err(EcError::ShardIndexOutOfRange { index, k });
+        }
+        check_count("parity", m, parity.len())?;
+        let len = old.len();
+        check_lengths(
+            len,
+            std::iter::once(new.len()).chain(parity.iter().map(|p| p.len())),
+        )?;
+        let mut delta = [0u8; BLOCK_BYTES];
+        let mut off = 0;
+        while off < len {
+            let n = BLOCK_BYTES.min(len - off);
+            for (d, (a, b)) in delta.iter_mut().zip(old[off..off + n].iter().zip(&new[off..])) {
+                *d = a ^ b;
+            }
+            let mut outs = PtrList::<_>::new();
+            parity
+                .iter_mut()
+                .for_each(|s| outs.push(s[off..].as_mut_ptr()));
+            // SAFETY: one n-byte input on the stack, m distinct outputs with n bytes past `off`.
+            unsafe {
+                self.engine
+                    .apply(&self.deltas[index], &[delta.as_ptr()], outs.as_slice(), n, true)
+            };
+            off += n;
+        }
+        Ok(())
+    }
+
+    /// Runs the engine, split into column ranges over the pool when the shards are large.
+    ///
+    /// # Safety
+    /// As `Engine::apply`.
+    unsafe fn run(
+        &self,
+        t: &Tables,
+        ins: &[*const u8],
+        outs: &[*mut u8],
+        len: usize,
+        acc: bool,
+    ) {
+        let parts = self.threads.min(len / THREAD_SPLIT_BYTES_MIN).max(1);
+        match &self.pool {
+            Some(pool) if parts > 1 => {
+                // Ranges are multiples of 64 bytes so each thread runs the vector body.
+                let step = len.div_ceil(parts).div_ceil(64) * 64;
+                let job = Job {
+                    engine: self.engine,
+                    t,
+                    ins,
+                    outs,
+                    acc,
+                };
+                pool.install(|| job.split(0, len, step));
+            }
+            // SAFETY: the caller's contract.
+            _ => unsafe { self.engine.apply(t, ins, outs, len, acc) },
+        }
+    }
+}
+
+/// One engine call to be cut into column ranges.
+struct Job<'a> {
+    engine: Engine,
+    t: &'a Tables,
+    ins: &'a [*const u8],
+    outs: &'a [*mut u8],
+    acc: bool,
+}
+
+// SAFETY: threads touch disjoint column ranges of the outputs and only read the inputs.
+unsafe impl Sync for Job<'_> {}
+
+impl Job<'_> {
+    fn split(&self, start: usize, end: usize, step: usize) {
+        if end - start <= step {
+            self.range(start, end);
+        } else {
+            let mid = start + (end - start).div_ceil(2 * step) * step;
+            rayon::join(|| self.split(start, mid, step), || self.split(mid, end, step));
+        }
+    }
+
+    fn range(&self, start: usize, end: usize) {
+        with_list_capacity!(self.ins.len().max(self.outs.len()), |CAP| {
+            let mut ins = PtrList::<_, CAP>::new();
+            let mut outs = PtrList::<_, CAP>::new();
+            // SAFETY: start < end <= len, so the offset pointers stay in their buffers.
+            unsafe {
+                self.ins.iter().for_each(|p| ins.push(p.add(start)));
+                self.outs.iter().for_each(|p| outs.push(p.add(start)));
+                self.engine.apply(
+                    self.t,
+                    ins.as_slice(),
+                    outs.as_slice(),
+                    end - start,
+                    self.acc,
+                );
+            }
+        })
+    }
+}
+
+fn check_count(what: &'static str, expected: usize, got: usize) -> Result<(), EcError> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(EcError::WrongShardCount {
+            what,
+            expected,
+            got,
+        })
+    }
+}
+
+fn check_lengths(expected: usize, lens: impl Iterator<Item = usize>) -> Result<(), EcError> {
+    for (index, got) in lens.enumerate() {
+        if got != expected {
+            return Err(EcError::UnequalShardLengths {
+                expected,
+                index,
+                got,
+            });
+        }
+    }
+    Ok(())
+}
