@@ -184,7 +184,10 @@ fn parse_engines(s: &str) -> Result<Vec<Engine>> {
 
 fn plan(args: &EcBenchArgs) -> Result<Plan> {
     if args.w != 8 {
-        bail!("--w {}: railstore codes over GF(2^8), so w must be 8", args.w);
+        bail!(
+            "--w {}: railstore codes over GF(2^8), so w must be 8",
+            args.w
+        );
     }
     let code: CodeId = args.code.parse()?;
     let mut configs: Vec<(usize, usize)> = Vec::new();
@@ -210,24 +213,24 @@ fn plan(args: &EcBenchArgs) -> Result<Plan> {
     }
     let explicit = !configs.is_empty();
     let mut erails = Vec::new();
-    let (default_chunks, default_engines, default_threads): (&str, &str, Vec<usize>) =
-        if args.quick {
-            if !explicit {
-                configs = vec![(6, 3), (10, 4)];
-            }
-            let engines = if Engine::Isal.is_available() {
-                "auto,isal"
-            } else {
-                "auto"
-            };
-            (("4K,64K"), engines, vec![1])
+    let (default_chunks, default_engines, default_threads): (&str, &str, Vec<usize>) = if args.quick
+    {
+        if !explicit {
+            configs = vec![(6, 3), (10, 4)];
+        }
+        let engines = if Engine::Isal.is_available() {
+            "auto,isal"
         } else {
-            if !explicit {
-                configs = vec![(3, 2), (6, 3), (10, 4), (17, 3)];
-                erails = (2..=10).map(|k| (k, k)).collect();
-            }
-            ("1,16,256,1K,4K,16K,64K,256K,1M,4M", "all", vec![1])
+            "auto"
         };
+        (("4K,64K"), engines, vec![1])
+    } else {
+        if !explicit {
+            configs = vec![(3, 2), (6, 3), (10, 4), (17, 3)];
+            erails = (2..=10).map(|k| (k, k)).collect();
+        }
+        ("1,16,256,1K,4K,16K,64K,256K,1M,4M", "all", vec![1])
+    };
     let chunks = parse_chunks(args.chunk.as_deref().unwrap_or(default_chunks))?;
     let engine_spec = if args.engine == "all" && args.quick {
         default_engines
@@ -351,8 +354,8 @@ fn measure_group(
 ) -> Result<Vec<Row>> {
     let mut setups = Vec::new();
     for &engine in &plan.engines {
-        let codec = Codec::with_engine(Code::new(plan.code, g.k, g.m)?, engine)?
-            .with_threads(g.threads)?;
+        let codec =
+            Codec::with_engine(Code::new(plan.code, g.k, g.m)?, engine)?.with_threads(g.threads)?;
         let data = DataSet::new(&codec, g.op, g.chunk, plan.data_size, plan.seed())?;
         setups.push((codec, data));
     }
@@ -470,8 +473,18 @@ fn median(v: &mut [f64]) -> f64 {
 fn table_header() -> String {
     format!(
         "{:<6} {:<9} {:>7} {:>3} {:<12} {:>8} {:>10} {:>10} {:>9} {:>9} {:>9} {:>8}",
-        "op", "code", "chunk", "thr", "engine", "GB/s", "Thr MB/s", "Norm MB/s", "mean us",
-        "p50 us", "p99 us", "cpu"
+        "op",
+        "code",
+        "chunk",
+        "thr",
+        "engine",
+        "GB/s",
+        "Thr MB/s",
+        "Norm MB/s",
+        "mean us",
+        "p50 us",
+        "p99 us",
+        "cpu"
     )
 }
 
@@ -687,7 +700,11 @@ fn plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
         e
     };
     let configs: Vec<(usize, usize)> = {
-        let mut c: Vec<(usize, usize)> = rows.iter().filter(|r| r.k != r.m || r.chunk != 256 << 10).map(|r| (r.k, r.m)).collect();
+        let mut c: Vec<(usize, usize)> = rows
+            .iter()
+            .filter(|r| r.k != r.m || r.chunk != 256 << 10)
+            .map(|r| (r.k, r.m))
+            .collect();
         c.sort();
         c.dedup();
         c
@@ -701,7 +718,9 @@ fn plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
                     name: e.clone(),
                     points: rows
                         .iter()
-                        .filter(|r| r.op == op && r.k == k && r.m == m && r.engine == *e && r.threads == 1)
+                        .filter(|r| {
+                            r.op == op && r.k == k && r.m == m && r.engine == *e && r.threads == 1
+                        })
                         .map(|r| (r.chunk as f64, r.data_gbps))
                         .collect(),
                 })
@@ -723,7 +742,10 @@ fn plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
             );
         }
         // EC-Bench Fig. 6: normalized throughput per configuration (best chunk per engine).
-        let labels: Vec<String> = configs.iter().map(|(k, m)| format!("RS({k},{m})")).collect();
+        let labels: Vec<String> = configs
+            .iter()
+            .map(|(k, m)| format!("RS({k},{m})"))
+            .collect();
         let series: Vec<Series> = engines
             .iter()
             .map(|e| Series {
@@ -733,7 +755,13 @@ fn plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
                     .enumerate()
                     .filter_map(|(i, &(k, m))| {
                         rows.iter()
-                            .filter(|r| r.op == op && r.k == k && r.m == m && r.engine == *e && r.threads == 1)
+                            .filter(|r| {
+                                r.op == op
+                                    && r.k == k
+                                    && r.m == m
+                                    && r.engine == *e
+                                    && r.threads == 1
+                            })
                             .map(|r| r.norm_thr_mbps)
                             .reduce(f64::max)
                             .map(|v| (i as f64, v))
@@ -759,7 +787,12 @@ fn plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
         let km = |r: &&Row| r.op == op && r.k == r.m && r.chunk == 256 << 10;
         let mut series: Vec<Series> = Vec::new();
         for e in &engines {
-            let mut threads: Vec<usize> = rows.iter().filter(km).filter(|r| r.engine == *e).map(|r| r.threads).collect();
+            let mut threads: Vec<usize> = rows
+                .iter()
+                .filter(km)
+                .filter(|r| r.engine == *e)
+                .map(|r| r.threads)
+                .collect();
             threads.sort();
             threads.dedup();
             for t in threads {
@@ -834,7 +867,9 @@ mod tests {
         assert_eq!(p.configs, vec![(3, 2), (6, 3), (10, 4), (17, 3)]);
         assert_eq!(p.erails.len(), 9);
         let g = p.groups();
-        assert!(g.iter().any(|g| g.k == 10 && g.m == 10 && g.threads == 2 && g.chunk == 256 << 10));
+        assert!(g
+            .iter()
+            .any(|g| g.k == 10 && g.m == 10 && g.threads == 2 && g.chunk == 256 << 10));
     }
 
     #[test]
@@ -842,9 +877,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let json = dir.path().join("r.json");
         let a = args(&[
-            "--config", "4+2", "--chunk", "1K,4K", "--engine", "scalar,auto", "--repeat", "2",
-            "--min-time", "0.001", "--data-size", "16K", "--out", dir.path().to_str().unwrap(),
-            "--json", json.to_str().unwrap(),
+            "--config",
+            "4+2",
+            "--chunk",
+            "1K,4K",
+            "--engine",
+            "scalar,auto",
+            "--repeat",
+            "2",
+            "--min-time",
+            "0.001",
+            "--data-size",
+            "16K",
+            "--out",
+            dir.path().to_str().unwrap(),
+            "--json",
+            json.to_str().unwrap(),
         ]);
         let rows = run(&a).unwrap();
         assert_eq!(rows.len(), 2 * 2 * 2, "2 ops x 2 chunks x 2 engines");
@@ -852,15 +900,29 @@ mod tests {
             assert!(r.data_gbps > 0.0);
             let thr = r.data_gbps * 1e3 * 6.0 / 4.0;
             assert!((r.thr_mbps - thr).abs() < 1e-6 * thr, "eq. 1");
-            assert!((r.norm_thr_mbps - 3.0 * 2.0 / 6.0 * r.thr_mbps).abs() < 1e-6 * thr, "eq. 2");
+            assert!(
+                (r.norm_thr_mbps - 3.0 * 2.0 / 6.0 * r.thr_mbps).abs() < 1e-6 * thr,
+                "eq. 2"
+            );
             assert!(r.lat_p50_us <= r.lat_p99_us);
             assert!(r.ops >= 6);
         }
         let parsed: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         let first = &parsed.as_array().unwrap()[0];
-        for key in ["engine", "op", "k", "m", "chunk", "threads", "data_gbps", "thr_mbps",
-            "norm_thr_mbps", "lat_mean_us", "lat_p99_us"] {
+        for key in [
+            "engine",
+            "op",
+            "k",
+            "m",
+            "chunk",
+            "threads",
+            "data_gbps",
+            "thr_mbps",
+            "norm_thr_mbps",
+            "lat_mean_us",
+            "lat_p99_us",
+        ] {
             assert!(first.get(key).is_some(), "JSON lacks {key}");
         }
         let csv = std::fs::read_to_string(dir.path().join("results.csv")).unwrap();

@@ -78,8 +78,14 @@ impl Chart<'_> {
     {
         let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("{e:?}");
         root.fill(&WHITE).map_err(err)?;
-        let xs = self.series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
-        let ys = self.series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+        let xs = self
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.0));
+        let ys = self
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.1));
         let to_x = |x: f64| match self.x_axis {
             XAxis::Bytes => x.max(1.0).log2(),
             _ => x,
@@ -88,7 +94,11 @@ impl Chart<'_> {
             (a.min(to_x(x)), b.max(to_x(x)))
         });
         let y1 = ys.fold(0.0f64, f64::max);
-        let (x0, x1) = if x0 > x1 { (0.0, 1.0) } else { (x0 - 0.3, x1 + 0.3) };
+        let (x0, x1) = if x0 > x1 {
+            (0.0, 1.0)
+        } else {
+            (x0 - 0.3, x1 + 0.3)
+        };
         let y1 = if y1 <= 0.0 { 1.0 } else { y1 * 1.1 };
         let mut chart = ChartBuilder::on(&root)
             .caption(self.title, ("sans-serif", 24))
@@ -169,9 +179,7 @@ pub fn human_bytes(b: u64) -> String {
 /// Parses "4096", "4K", "4KiB", "64M", "1G" (binary units).
 pub fn parse_bytes(s: &str) -> Result<u64> {
     let t = s.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let n: u64 = num
         .parse()
@@ -208,7 +216,10 @@ mod tests {
     fn charts_are_written_when_a_font_exists() {
         if ensure_font().is_err() {
             // The message itself is the behaviour under test on font-less machines.
-            assert!(ensure_font().unwrap_err().to_string().contains("fonts-dejavu-core"));
+            assert!(ensure_font()
+                .unwrap_err()
+                .to_string()
+                .contains("fonts-dejavu-core"));
             return;
         }
         let dir = tempfile::tempdir().unwrap();

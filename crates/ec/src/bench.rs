@@ -59,7 +59,9 @@ impl DataSet {
             rng.fill(&mut s[..block]);
             let mut p = vec![true; k + m];
             if op == Op::Decode {
-                codec.encode_shards(&mut s.chunks_mut(chunk.max(1)).take(k + m).collect::<Vec<_>>())?;
+                codec.encode_shards(
+                    &mut s.chunks_mut(chunk.max(1)).take(k + m).collect::<Vec<_>>(),
+                )?;
                 let mut lost = 0;
                 while lost < m {
                     let i = (erasures.next() % (k + m) as u64) as usize;
@@ -154,7 +156,13 @@ mod tests {
             dec.run_one(&codec).unwrap();
         }
         // Same seed, same data: after decoding, every stripe equals the encoded one.
-        assert!(enc.stripes == dec.stripes, "decoded stripes differ from encoded ones");
-        assert!(dec.present.iter().all(|p| p.iter().filter(|x| !**x).count() == 2));
+        assert!(
+            enc.stripes == dec.stripes,
+            "decoded stripes differ from encoded ones"
+        );
+        assert!(dec
+            .present
+            .iter()
+            .all(|p| p.iter().filter(|x| !**x).count() == 2));
     }
 }

@@ -28,7 +28,12 @@ pub fn reconstruct_roundtrip(input: &[u8]) {
     let mut shards: Vec<Vec<u8>> = (0..n)
         .map(|i| {
             (0..len)
-                .map(|j| rest.get((i * len + j) % rest.len().max(1)).copied().unwrap_or(0) ^ i as u8)
+                .map(|j| {
+                    rest.get((i * len + j) % rest.len().max(1))
+                        .copied()
+                        .unwrap_or(0)
+                        ^ i as u8
+                })
                 .collect()
         })
         .collect();
@@ -41,11 +46,17 @@ pub fn reconstruct_roundtrip(input: &[u8]) {
         let mut refs: Vec<&mut [u8]> = expected.iter_mut().map(|s| &mut s[..]).collect();
         oracle.encode_shards(&mut refs).expect("shapes are right");
     }
-    assert_eq!(shards, expected, "{engine} encode differs from the scalar oracle");
+    assert_eq!(
+        shards, expected,
+        "{engine} encode differs from the scalar oracle"
+    );
 
     // The erasure pattern: one bit of the input per shard, cycling over the tail.
     let present: Vec<bool> = (0..n)
-        .map(|i| rest.get(i % rest.len().max(1)).is_none_or(|x| x >> (i % 8) & 1 == 0))
+        .map(|i| {
+            rest.get(i % rest.len().max(1))
+                .is_none_or(|x| x >> (i % 8) & 1 == 0)
+        })
         .collect();
     let missing = present.iter().filter(|p| !**p).count();
     let mut damaged = shards.clone();

@@ -240,8 +240,14 @@ mod tests {
     fn vandermonde_is_normalised_like_jerasure() {
         for (k, m) in [(3, 2), (6, 3), (10, 4), (17, 3)] {
             let c = Code::new(CodeId::VandermondeRs, k, m).unwrap();
-            assert!(c.generator().row(k).iter().all(|&v| v == 1), "first parity row is ones");
-            assert!((k..k + m).all(|r| c.generator().get(r, 0) == 1), "first parity column is ones");
+            assert!(
+                c.generator().row(k).iter().all(|&v| v == 1),
+                "first parity row is ones"
+            );
+            assert!(
+                (k..k + m).all(|r| c.generator().get(r, 0) == 1),
+                "first parity column is ones"
+            );
         }
     }
 

@@ -40,7 +40,7 @@ impl std::hash::Hasher for MaskHasher {
     }
 
     fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7cc1_b727_220a_95);
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x517c_c1b7_2722_0a95);
     }
 }
 
@@ -191,7 +191,12 @@ impl Codec {
         check_count("data", k, data.len())?;
         check_count("parity", m, parity.len())?;
         let len = data[0].len();
-        check_lengths(len, data.iter().map(|d| d.len()).chain(parity.iter().map(|p| p.len())))?;
+        check_lengths(
+            len,
+            data.iter()
+                .map(|d| d.len())
+                .chain(parity.iter().map(|p| p.len())),
+        )?;
         with_list_capacity!(k.max(m), |CAP| {
             let mut ins = PtrList::<_, CAP>::new();
             let mut outs = PtrList::<_, CAP>::new();
@@ -273,7 +278,9 @@ impl Codec {
             let mut ins = PtrList::<_, CAP>::new();
             let mut outs = PtrList::<_, CAP>::new();
             survivors.iter().for_each(|&i| ins.push(shards[i].as_ptr()));
-            wanted.iter().for_each(|&i| outs.push(shards[i].as_mut_ptr()));
+            wanted
+                .iter()
+                .for_each(|&i| outs.push(shards[i].as_mut_ptr()));
             // SAFETY: survivors and wanted are disjoint index sets of distinct `&mut` buffers,
             // all `len` bytes long.
             unsafe { self.run(&tables, ins.as_slice(), outs.as_slice(), len, false) };
@@ -323,7 +330,10 @@ impl Codec {
 
     /// Number of decode matrices cached now.
     pub fn decode_cache_entries(&self) -> usize {
-        self.decode_cache.lock().expect("decode cache poisoned").len()
+        self.decode_cache
+            .lock()
+            .expect("decode cache poisoned")
+            .len()
     }
 
     /// Whether the parity shards match the data shards. `shards` holds k + m shards.
@@ -382,7 +392,10 @@ impl Codec {
         let mut off = 0;
         while off < len {
             let n = BLOCK_BYTES.min(len - off);
-            for (d, (a, b)) in delta.iter_mut().zip(old[off..off + n].iter().zip(&new[off..])) {
+            for (d, (a, b)) in delta
+                .iter_mut()
+                .zip(old[off..off + n].iter().zip(&new[off..]))
+            {
                 *d = a ^ b;
             }
             let mut outs = PtrList::<_>::new();
@@ -391,8 +404,13 @@ impl Codec {
                 .for_each(|s| outs.push(s[off..].as_mut_ptr()));
             // SAFETY: one n-byte input on the stack, m distinct outputs with n bytes past `off`.
             unsafe {
-                self.engine
-                    .apply(&self.deltas[index], &[delta.as_ptr()], outs.as_slice(), n, true)
+                self.engine.apply(
+                    &self.deltas[index],
+                    &[delta.as_ptr()],
+                    outs.as_slice(),
+                    n,
+                    true,
+                )
             };
             off += n;
         }
@@ -403,14 +421,7 @@ impl Codec {
     ///
     /// # Safety
     /// As `Engine::apply`.
-    unsafe fn run(
-        &self,
-        t: &Tables,
-        ins: &[*const u8],
-        outs: &[*mut u8],
-        len: usize,
-        acc: bool,
-    ) {
+    unsafe fn run(&self, t: &Tables, ins: &[*const u8], outs: &[*mut u8], len: usize, acc: bool) {
         let parts = self.threads.min(len / THREAD_SPLIT_BYTES_MIN).max(1);
         match &self.pool {
             Some(pool) if parts > 1 => {
@@ -449,7 +460,10 @@ impl Job<'_> {
             self.range(start, end);
         } else {
             let mid = start + (end - start).div_ceil(2 * step) * step;
-            rayon::join(|| self.split(start, mid, step), || self.split(mid, end, step));
+            rayon::join(
+                || self.split(start, mid, step),
+                || self.split(mid, end, step),
+            );
         }
     }
 

@@ -2,9 +2,9 @@
 //! the scalar oracle (and with ISA-L when the `isal` feature is built).
 
 use proptest::prelude::*;
+use railstore_ec::{Code, CodeId, Codec, EcError, Engine};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use railstore_ec::{Code, CodeId, Codec, EcError, Engine};
 
 fn random_shards(rng: &mut ChaCha8Rng, count: usize, len: usize) -> Vec<Vec<u8>> {
     (0..count)
@@ -42,12 +42,18 @@ fn check_engine(engine: Engine, id: CodeId, k: usize, m: usize, len: usize, seed
     assert_eq!(parity, want, "encode differs from the oracle: {ctx}");
 
     let mut all: Vec<Vec<u8>> = data.iter().chain(&parity).cloned().collect();
-    assert!(codec.verify(&refs(&all)).unwrap(), "verify rejects good shards: {ctx}");
+    assert!(
+        codec.verify(&refs(&all)).unwrap(),
+        "verify rejects good shards: {ctx}"
+    );
     if len > 0 {
         let victim = rng.gen_range(0..k + m);
         let byte = rng.gen_range(0..len);
         all[victim][byte] ^= 1 << rng.gen_range(0..8);
-        assert!(!codec.verify(&refs(&all)).unwrap(), "verify accepts a flipped bit: {ctx}");
+        assert!(
+            !codec.verify(&refs(&all)).unwrap(),
+            "verify accepts a flipped bit: {ctx}"
+        );
         all[victim][byte] = if victim < k {
             data[victim][byte]
         } else {
@@ -73,7 +79,9 @@ fn check_engine(engine: Engine, id: CodeId, k: usize, m: usize, len: usize, seed
         }
     }
     let mut data_only = damaged.clone();
-    codec.reconstruct(&mut muts(&mut damaged), &present).unwrap();
+    codec
+        .reconstruct(&mut muts(&mut damaged), &present)
+        .unwrap();
     assert_eq!(damaged, all, "reconstruct of {present:?} is wrong: {ctx}");
     codec
         .reconstruct_data(&mut muts(&mut data_only), &present)
@@ -100,7 +108,10 @@ fn check_engine(engine: Engine, id: CodeId, k: usize, m: usize, len: usize, seed
     data2[index] = new;
     let mut want2 = vec![vec![0u8; len]; m];
     oracle.encode(&refs(&data2), &mut muts(&mut want2)).unwrap();
-    assert_eq!(updated, want2, "update_parity differs from re-encode: {ctx}");
+    assert_eq!(
+        updated, want2,
+        "update_parity differs from re-encode: {ctx}"
+    );
 }
 
 fn lengths() -> impl Strategy<Value = usize> {
@@ -171,7 +182,10 @@ fn threads_give_the_same_bytes() {
     for engine in Engine::available() {
         let code = Code::new(CodeId::CauchyRs, 6, 3).unwrap();
         let one = Codec::with_engine(code.clone(), engine).unwrap();
-        let many = Codec::with_engine(code, engine).unwrap().with_threads(3).unwrap();
+        let many = Codec::with_engine(code, engine)
+            .unwrap()
+            .with_threads(3)
+            .unwrap();
         for len in [100_000, 1 << 20, (1 << 20) + 7] {
             let data = random_shards(&mut rng, 6, len);
             let mut a = vec![vec![0u8; len]; 3];
@@ -216,8 +230,13 @@ fn generator_matrices_match_isal_and_jerasure() {
         (
             6,
             3,
-            &[122, 186, 71, 167, 142, 244, 186, 122, 167, 71, 244, 142, 173, 157, 221, 152, 61, 170],
-            &[1, 1, 1, 1, 1, 1, 1, 225, 151, 172, 82, 200, 1, 123, 245, 143, 244, 142],
+            &[
+                122, 186, 71, 167, 142, 244, 186, 122, 167, 71, 244, 142, 173, 157, 221, 152, 61,
+                170,
+            ],
+            &[
+                1, 1, 1, 1, 1, 1, 1, 225, 151, 172, 82, 200, 1, 123, 245, 143, 244, 142,
+            ],
         ),
         (
             10,
@@ -229,7 +248,8 @@ fn generator_matrices_match_isal_and_jerasure() {
             ],
             &[
                 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 147, 138, 73, 93, 161, 103, 58, 99, 178, 1, 103,
-                156, 151, 123, 187, 166, 175, 244, 83, 1, 220, 166, 123, 82, 143, 245, 40, 167, 122,
+                156, 151, 123, 187, 166, 175, 244, 83, 1, 220, 166, 123, 82, 143, 245, 40, 167,
+                122,
             ],
         ),
     ];
@@ -264,19 +284,34 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
     let mut parity = vec![vec![9u8; 10]; 2];
     assert!(matches!(
         codec.encode(&refs(&data[..3]), &mut muts(&mut parity)),
-        Err(EcError::WrongShardCount { what: "data", expected: 4, got: 3 })
+        Err(EcError::WrongShardCount {
+            what: "data",
+            expected: 4,
+            got: 3
+        })
     ));
     let mut short = vec![vec![9u8; 10], vec![9u8; 9]];
     assert!(matches!(
         codec.encode(&refs(&data), &mut muts(&mut short)),
-        Err(EcError::UnequalShardLengths { expected: 10, index: 5, got: 9 })
+        Err(EcError::UnequalShardLengths {
+            expected: 10,
+            index: 5,
+            got: 9
+        })
     ));
-    assert_eq!(short, vec![vec![9u8; 10], vec![9u8; 9]], "failed encode wrote nothing");
+    assert_eq!(
+        short,
+        vec![vec![9u8; 10], vec![9u8; 9]],
+        "failed encode wrote nothing"
+    );
 
     let mut shards = vec![vec![7u8; 10]; 6];
     let before = shards.clone();
     let err = codec
-        .reconstruct(&mut muts(&mut shards), &[false, false, false, true, true, true])
+        .reconstruct(
+            &mut muts(&mut shards),
+            &[false, false, false, true, true, true],
+        )
         .unwrap_err();
     assert_eq!(err, EcError::TooManyErasures { missing: 3, m: 2 });
     assert!(err.to_string().contains("at most 2"));

@@ -16,7 +16,7 @@ struct Cli {
 enum Command {
     /// Benchmark the erasure coders the way EC-Bench does (encode/decode sweeps over k, m,
     /// chunk size, engine and threads).
-    EcBench(EcBenchArgs),
+    EcBench(Box<EcBenchArgs>),
     /// Workload benchmarks.
     Bench {
         #[command(subcommand)]

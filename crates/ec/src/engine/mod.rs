@@ -4,13 +4,13 @@
 use crate::gf::{self, Matrix};
 use crate::EcError;
 
+#[cfg(feature = "isal")]
+mod isal;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
-#[cfg(target_arch = "aarch64")]
-mod neon;
-#[cfg(feature = "isal")]
-mod isal;
 #[cfg(feature = "isal")]
 pub use isal::isal_cauchy1_matrix;
 

@@ -22,7 +22,11 @@ pub(crate) unsafe fn neon(
         while off < body {
             // SAFETY: off + 16 <= body <= len for every pointer.
             unsafe {
-                let mut a = if acc { vld1q_u8(out.add(off)) } else { vdupq_n_u8(0) };
+                let mut a = if acc {
+                    vld1q_u8(out.add(off))
+                } else {
+                    vdupq_n_u8(0)
+                };
                 for (c, &inp) in inputs.iter().enumerate() {
                     let x = vld1q_u8(inp.add(off));
                     let tl = vld1q_u8(tabs[c].as_ptr());

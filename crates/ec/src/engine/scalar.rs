@@ -51,7 +51,11 @@ pub(crate) unsafe fn apply_range(
     for (r, &out) in outputs.iter().enumerate() {
         for i in start..end {
             // SAFETY: i < end and every pointer is valid for `end` bytes.
-            let mut acc = if accumulate { unsafe { *out.add(i) } } else { 0 };
+            let mut acc = if accumulate {
+                unsafe { *out.add(i) }
+            } else {
+                0
+            };
             for (c, &inp) in inputs.iter().enumerate() {
                 acc ^= MUL[t.coef(r, c) as usize][unsafe { *inp.add(i) } as usize];
             }

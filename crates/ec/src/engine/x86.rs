@@ -4,6 +4,10 @@
 //!
 //! Inputs, outputs and lengths may have any alignment (unaligned loads and stores).
 
+// The kernels index several parallel arrays (accumulators, inputs, coefficients) by one row or
+// vector number inside const-sized loops that the compiler unrolls; iterators would hide that.
+#![allow(clippy::needless_range_loop)]
+
 use super::{scalar, Tables};
 use std::arch::x86_64::*;
 
@@ -13,7 +17,11 @@ use std::arch::x86_64::*;
 macro_rules! for_row_groups {
     ($t:expr, $max:literal, $len:expr, |$r0:ident, $g:ident, $start:ident, $end:ident| $call:expr) => {{
         let rows = $t.rows();
-        let block = if rows <= $max { $len } else { column_block($t.cols()) };
+        let block = if rows <= $max {
+            $len
+        } else {
+            column_block($t.cols())
+        };
         let mut $start = 0;
         while $start < $len {
             let $end = ($start + block).min($len);
@@ -114,7 +122,8 @@ unsafe fn gfni512_steps<const G: usize, const U: usize>(
             for r in 0..G {
                 let m = _mm512_set1_epi64(mats[r * cols + c] as i64);
                 for u in 0..U {
-                    a[r][u] = _mm512_xor_si512(a[r][u], _mm512_gf2p8affine_epi64_epi8::<0>(x[u], m));
+                    a[r][u] =
+                        _mm512_xor_si512(a[r][u], _mm512_gf2p8affine_epi64_epi8::<0>(x[u], m));
                 }
             }
         }

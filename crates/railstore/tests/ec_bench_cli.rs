@@ -1,0 +1,50 @@
+//! The README's main command, `railstore ec-bench --quick`, run as a user would.
+
+use std::process::Command;
+
+#[test]
+fn quick_ec_bench_writes_its_table_and_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("points.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
+        .args(["ec-bench", "--quick", "--min-time", "0.002", "--out"])
+        .arg(dir.path())
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("RS(6,3)") && stdout.contains("RS(10,4)"),
+        "{stdout}"
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let rows = rows.as_array().unwrap();
+    // 2 codes x 2 chunks x 2 ops for each engine measured.
+    assert_eq!(rows.len() % 8, 0);
+    assert!(!rows.is_empty());
+    for r in rows {
+        assert!(r["data_gbps"].as_f64().unwrap() > 0.0);
+        assert!([4096, 65536].contains(&r["chunk"].as_u64().unwrap()));
+    }
+    for f in ["results.csv", "summary.md"] {
+        assert!(dir.path().join(f).exists(), "{f} missing");
+    }
+}
+
+#[test]
+fn bad_options_fail_with_a_message() {
+    let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
+        .args(["ec-bench", "--k", "300", "--m", "2", "--no-plots", "--out"])
+        .arg(std::env::temp_dir().join("railstore-never-written"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("k + m <= 256"), "{err}");
+}
