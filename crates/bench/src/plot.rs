@@ -34,6 +34,18 @@ pub fn ensure_font() -> Result<()> {
     .map_err(|e| anyhow!(e))
 }
 
+/// Line colours that stay distinct on white.
+const COLORS: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(0, 0, 0),
+    RGBColor(23, 190, 207),
+];
+
 /// One named line of (x, y) points.
 pub struct Series {
     pub name: String,
@@ -134,7 +146,7 @@ impl Chart<'_> {
             .draw()
             .map_err(err)?;
         for (i, s) in self.series.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
+            let color = COLORS[i % COLORS.len()].to_rgba();
             let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (to_x(x), y)).collect();
             chart
                 .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))

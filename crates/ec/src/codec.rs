@@ -16,8 +16,11 @@ pub const DECODE_CACHE_ENTRIES_MAX: usize = 1024;
 /// Smallest share of a shard worth handing to another thread.
 const THREAD_SPLIT_BYTES_MIN: usize = 16 * 1024;
 
-/// Bytes per step of `update_parity` and `verify`, sized to stay in L1.
+/// Bytes per step of `update_parity`, sized to stay in L1.
 const BLOCK_BYTES: usize = 4096;
+
+/// Stack space `verify` recomputes parity into, one column block at a time.
+const VERIFY_SCRATCH_BYTES: usize = 16 * 1024;
 
 type ShardMask = [u64; SHARDS_MAX / 64];
 
@@ -342,10 +345,12 @@ impl Codec {
         check_count("total", self.code.n(), shards.len())?;
         let len = shards[0].len();
         check_lengths(len, shards.iter().map(|s| s.len()))?;
-        let mut scratch = vec![0u8; m * BLOCK_BYTES.min(len)];
+        // Recompute the parity a column block at a time into a stack buffer.
+        let mut scratch = [0u8; VERIFY_SCRATCH_BYTES];
+        let block = (VERIFY_SCRATCH_BYTES / m / 64 * 64).max(1);
         let mut off = 0;
         while off < len {
-            let n = BLOCK_BYTES.min(len - off);
+            let n = block.min(len - off);
             let mut ins = PtrList::<_>::new();
             let mut outs = PtrList::<_>::new();
             shards[..k].iter().for_each(|s| ins.push(s[off..].as_ptr()));
@@ -354,7 +359,7 @@ impl Codec {
                 .take(m)
                 .for_each(|s| outs.push(s.as_mut_ptr()));
             // SAFETY: inputs hold at least n bytes past `off`; outputs are disjoint n-byte
-            // pieces of `scratch`.
+            // pieces of `scratch` (m * n <= VERIFY_SCRATCH_BYTES).
             unsafe {
                 self.engine
                     .apply(&self.encode, ins.as_slice(), outs.as_slice(), n, false)

@@ -1,0 +1,356 @@
+//! Placement (DESIGN §3.3): pure, deterministic answers to "which devices hold this key".
+//!
+//! N devices are split into `width` colour classes of equal size (device d has colour
+//! d mod width). A redundancy group takes exactly one device of each colour, so when the
+//! read window covers some colours, every group has the same number of readers (eRails §6.2,
+//! Fig. 8). Groups come in rounds: each round is a seeded matching that puts every device in
+//! exactly one group, so after `rounds` rounds every device belongs to exactly `rounds` groups.
+//! With N = width there is one group, the whole array: plain Rails.
+//!
+//! A key picks its group by jump consistent hashing (Lamping and Veach, 2014) of a stable
+//! 64-bit hash, and shard i of the key lives on the group's device of colour
+//! (i + rotation(key)) mod width, which spreads data and parity roles over every colour.
+//!
+//! The same (N, width, rounds, seed) always give the same groups; `Layout::encode` and
+//! `Layout::decode` persist them, with a digest that catches a change in the derivation.
+
+use std::path::Path;
+
+/// Version of the persisted layout text.
+pub const LAYOUT_FORMAT_VERSION: u32 = 1;
+
+/// Most groups a layout may have.
+pub const GROUPS_MAX: usize = 1 << 20;
+
+/// Everything that can be wrong with a layout.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlacementError {
+    #[error("a layout needs width >= 1 and at least one device per colour, got {devices} devices for width {width}")]
+    TooFewDevices { devices: usize, width: usize },
+    #[error("{devices} devices do not split into {width} colour classes of equal size")]
+    UnevenClasses { devices: usize, width: usize },
+    #[error("rounds must be at least 1")]
+    NoRounds,
+    #[error("{groups} groups is more than the {max} a layout may have")]
+    TooManyGroups { groups: usize, max: usize },
+    #[error("layout file line {line}: {what}")]
+    Parse { line: usize, what: String },
+    #[error("layout digest {stored:#018x} does not match the groups derived now ({derived:#018x}): the file was edited or written by an incompatible railstore")]
+    DigestMismatch { stored: u64, derived: u64 },
+    #[error("layout file {path}: {error}")]
+    Io { path: String, error: String },
+}
+
+/// The inputs that fix a layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LayoutSpec {
+    /// N, the number of devices.
+    pub devices: usize,
+    /// n, the width of a redundancy group: k + m for splitting and packing, r for replication.
+    pub width: usize,
+    /// How many groups each device belongs to (forced to 1 when N = width).
+    pub rounds: usize,
+    /// Seed of the matchings and of the key hash.
+    pub seed: u64,
+    /// Epoch of the layout, bumped by the operator when the array changes.
+    pub version: u64,
+}
+
+/// Colour classes and redundancy groups over N devices.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    spec: LayoutSpec,
+    /// groups[g][colour] = device.
+    groups: Vec<Vec<u32>>,
+}
+
+/// Where one key lives: its group and the rotation of shards over colours.
+#[derive(Clone, Copy, Debug)]
+pub struct Placement<'a> {
+    layout: &'a Layout,
+    group: usize,
+    rotation: usize,
+}
+
+impl Layout {
+    /// Derives the layout of `spec`.
+    pub fn new(spec: LayoutSpec) -> Result<Layout, PlacementError> {
+        let LayoutSpec { devices, width, .. } = spec;
+        if width == 0 || devices < width {
+            return Err(PlacementError::TooFewDevices { devices, width });
+        }
+        if devices % width != 0 {
+            return Err(PlacementError::UnevenClasses { devices, width });
+        }
+        if spec.rounds == 0 {
+            return Err(PlacementError::NoRounds);
+        }
+        let class = devices / width;
+        let rounds = if class == 1 { 1 } else { spec.rounds };
+        let groups = rounds.saturating_mul(class);
+        if groups > GROUPS_MAX || devices > u32::MAX as usize {
+            return Err(PlacementError::TooManyGroups {
+                groups,
+                max: GROUPS_MAX,
+            });
+        }
+        let mut rng = SplitMix64(spec.seed ^ 0x9ACE_3E17_0000_0000);
+        let mut out = vec![Vec::with_capacity(width); groups];
+        for round in 0..rounds {
+            for colour in 0..width {
+                // A seeded permutation of the colour's class decides who meets whom.
+                let mut members: Vec<u32> =
+                    (0..class).map(|j| (j * width + colour) as u32).collect();
+                for i in (1..class).rev() {
+                    let j = (rng.next() % (i as u64 + 1)) as usize;
+                    members.swap(i, j);
+                }
+                for (j, d) in members.into_iter().enumerate() {
+                    out[round * class + j].push(d);
+                }
+            }
+        }
+        Ok(Layout {
+            spec: LayoutSpec { rounds, ..spec },
+            groups: out,
+        })
+    }
+
+    pub fn spec(&self) -> LayoutSpec {
+        self.spec
+    }
+
+    /// N.
+    pub fn devices(&self) -> usize {
+        self.spec.devices
+    }
+
+    /// n, the width of every group and the number of colours.
+    pub fn width(&self) -> usize {
+        self.spec.width
+    }
+
+    /// The colour of `device`.
+    pub fn colour_of(&self, device: usize) -> usize {
+        device % self.spec.width
+    }
+
+    /// The devices of one colour.
+    pub fn class(&self, colour: usize) -> impl Iterator<Item = usize> + '_ {
+        (colour..self.spec.devices).step_by(self.spec.width)
+    }
+
+    /// Number of groups.
+    pub fn group_count(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// The devices of group `g`, indexed by colour.
+    pub fn group(&self, g: usize) -> impl Iterator<Item = usize> + '_ {
+        self.groups[g].iter().map(|&d| d as usize)
+    }
+
+    /// The groups `device` belongs to: the ones a rebuild of it must walk.
+    pub fn groups_of(&self, device: usize) -> Vec<usize> {
+        let colour = self.colour_of(device);
+        (0..self.groups.len())
+            .filter(|&g| self.groups[g][colour] as usize == device)
+            .collect()
+    }
+
+    /// Where `key` lives.
+    pub fn place(&self, key: &[u8]) -> Placement<'_> {
+        let h = key_hash(key, self.spec.seed);
+        Placement {
+            layout: self,
+            group: jump_hash(h, self.groups.len()),
+            rotation: (mix(h ^ 0x0DDB_A11C_0FFE_E000) % self.spec.width as u64) as usize,
+        }
+    }
+
+    /// The persisted form: a few `name value` lines and a digest of the derived groups.
+    pub fn encode(&self) -> String {
+        let s = self.spec;
+        format!(
+            "railstore-layout {LAYOUT_FORMAT_VERSION}\nversion {}\ndevices {}\nwidth {}\nrounds {}\nseed {}\ndigest {:#018x}\n",
+            s.version,
+            s.devices,
+            s.width,
+            s.rounds,
+            s.seed,
+            self.digest()
+        )
+    }
+
+    /// Parses `encode`'s output, derives the groups again and checks the digest.
+    pub fn decode(text: &str) -> Result<Layout, PlacementError> {
+        let mut lines = text.lines().enumerate();
+        let bad = |line: usize, what: String| PlacementError::Parse {
+            line: line + 1,
+            what,
+        };
+        match lines.next() {
+            Some((_, l)) if l.trim() == format!("railstore-layout {LAYOUT_FORMAT_VERSION}") => {}
+            Some((i, l)) => {
+                return Err(bad(
+                    i,
+                    format!("expected \"railstore-layout {LAYOUT_FORMAT_VERSION}\", found {l:?}"),
+                ))
+            }
+            None => return Err(bad(0, "the file is empty".into())),
+        }
+        let mut fields: [Option<u64>; 6] = [None; 6];
+        const NAMES: [&str; 6] = ["version", "devices", "width", "rounds", "seed", "digest"];
+        for (i, line) in lines {
+            let line = line.trim();
+            if line.is_empty() {
+                continue;
+            }
+            let (name, value) = line
+                .split_once(' ')
+                .ok_or_else(|| bad(i, format!("expected `name value`, found {line:?}")))?;
+            let slot = NAMES
+                .iter()
+                .position(|n| *n == name)
+                .ok_or_else(|| bad(i, format!("unknown field {name:?}")))?;
+            let value = value.trim();
+            let parsed = match value.strip_prefix("0x") {
+                Some(hex) => u64::from_str_radix(hex, 16),
+                None => value.parse(),
+            }
+            .map_err(|e| bad(i, format!("{name}: {value:?} is not a number ({e})")))?;
+            if fields[slot].replace(parsed).is_some() {
+                return Err(bad(i, format!("{name} appears twice")));
+            }
+        }
+        let get = |slot: usize| {
+            fields[slot].ok_or_else(|| PlacementError::Parse {
+                line: 0,
+                what: format!("missing field {}", NAMES[slot]),
+            })
+        };
+        let size = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+        let layout = Layout::new(LayoutSpec {
+            version: get(0)?,
+            devices: size(get(1)?),
+            width: size(get(2)?),
+            rounds: size(get(3)?),
+            seed: get(4)?,
+        })?;
+        let stored = get(5)?;
+        let derived = layout.digest();
+        if stored != derived {
+            return Err(PlacementError::DigestMismatch { stored, derived });
+        }
+        Ok(layout)
+    }
+
+    /// Writes the layout durably: a temporary file, fsync, rename, fsync of the folder.
+    pub fn save(&self, path: &Path) -> Result<(), PlacementError> {
+        let io = |e: std::io::Error| PlacementError::Io {
+            path: path.display().to_string(),
+            error: e.to_string(),
+        };
+        let tmp = path.with_extension("tmp");
+        {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&tmp).map_err(io)?;
+            f.write_all(self.encode().as_bytes()).map_err(io)?;
+            f.sync_all().map_err(io)?;
+        }
+        std::fs::rename(&tmp, path).map_err(io)?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io)?;
+        }
+        Ok(())
+    }
+
+    /// Reads a layout written by `save`.
+    pub fn load(path: &Path) -> Result<Layout, PlacementError> {
+        let text = std::fs::read_to_string(path).map_err(|e| PlacementError::Io {
+            path: path.display().to_string(),
+            error: e.to_string(),
+        })?;
+        Layout::decode(&text)
+    }
+
+    /// A hash of every group's members, in order.
+    fn digest(&self) -> u64 {
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        for g in &self.groups {
+            for &d in g {
+                h = mix(h ^ d as u64);
+            }
+            h = mix(h ^ u64::MAX);
+        }
+        h
+    }
+}
+
+impl Placement<'_> {
+    /// The group index.
+    pub fn group(&self) -> usize {
+        self.group
+    }
+
+    /// How far shard 0 is turned from colour 0.
+    pub fn rotation(&self) -> usize {
+        self.rotation
+    }
+
+    /// The colour that holds shard `shard` (shard < width).
+    pub fn colour(&self, shard: usize) -> usize {
+        debug_assert!(shard < self.layout.width());
+        (shard + self.rotation) % self.layout.width()
+    }
+
+    /// The device that holds shard `shard` (shard < width).
+    pub fn device(&self, shard: usize) -> usize {
+        self.layout.groups[self.group][self.colour(shard)] as usize
+    }
+
+    /// Devices of shards 0, 1, .. width-1.
+    pub fn devices(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.layout.width()).map(|i| self.device(i))
+    }
+}
+
+/// A stable 64-bit hash of a key: FNV-1a, seeded, then a full-avalanche finish. Never change it:
+/// it decides where stored data is.
+pub fn key_hash(key: &[u8], seed: u64) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64 ^ mix(seed);
+    for &b in key {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    mix(h)
+}
+
+/// Jump consistent hash: a bucket in 0..buckets; growing `buckets` moves the fewest keys.
+pub fn jump_hash(mut key: u64, buckets: usize) -> usize {
+    let (mut b, mut j) = (-1i64, 0i64);
+    while j < buckets as i64 {
+        b = j;
+        key = key.wrapping_mul(2_862_933_555_777_941_757).wrapping_add(1);
+        j = ((b + 1) as f64 * ((1u64 << 31) as f64 / ((key >> 33) + 1) as f64)) as i64;
+    }
+    b.max(0) as usize
+}
+
+/// The splitmix64 finaliser.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        mix(self.0)
+    }
+}
