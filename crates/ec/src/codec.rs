@@ -49,11 +49,39 @@ impl std::hash::Hasher for MaskHasher {
 
 type MaskHash = std::hash::BuildHasherDefault<MaskHasher>;
 
+/// An erasure pattern: which shards a decode reads and which it rebuilds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct PatternKey {
+    survivors: ShardMask,
+    wanted: ShardMask,
+}
+
+impl std::hash::Hash for PatternKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // One folded word: most codes have fewer than 64 shards, so the other words are zero.
+        let fold = self
+            .survivors
+            .iter()
+            .chain(&self.wanted)
+            .enumerate()
+            .fold(0u64, |h, (i, w)| h ^ w.rotate_left(i as u32 * 8 + 1));
+        state.write_u64(fold);
+    }
+}
+
+/// The bit set of ascending shard indices, built in a register one word at a time: or-ing
+/// into the array in memory stalled on store forwarding.
 fn mask_of(indices: impl Iterator<Item = usize>) -> ShardMask {
     let mut m = [0u64; SHARDS_MAX / 64];
+    let (mut word, mut bits) = (0usize, 0u64);
     for i in indices {
-        m[i / 64] |= 1 << (i % 64);
+        if i / 64 != word {
+            m[word] = bits;
+            (word, bits) = (i / 64, 0);
+        }
+        bits |= 1 << (i % 64);
     }
+    m[word] |= bits;
     m
 }
 
@@ -111,7 +139,7 @@ pub struct Codec {
     /// Per data shard, m x 1: its column of the parity matrix, for delta updates.
     deltas: Vec<Tables>,
     /// (survivors used, shards wanted) -> decode matrix.
-    decode_cache: Mutex<HashMap<(ShardMask, ShardMask), Arc<Tables>, MaskHash>>,
+    decode_cache: Mutex<HashMap<PatternKey, Arc<Tables>, MaskHash>>,
     threads: usize,
     pool: Option<rayon::ThreadPool>,
 }
@@ -294,10 +322,10 @@ impl Codec {
     /// The matrix that turns the `survivors` into the `wanted` shards, from the cache when it is
     /// there.
     fn decode_tables(&self, survivors: &[usize], wanted: &[usize]) -> Arc<Tables> {
-        let key = (
-            mask_of(survivors.iter().copied()),
-            mask_of(wanted.iter().copied()),
-        );
+        let key = PatternKey {
+            survivors: mask_of(survivors.iter().copied()),
+            wanted: mask_of(wanted.iter().copied()),
+        };
         let mut cache = self.decode_cache.lock().expect("decode cache poisoned");
         if let Some(t) = cache.get(&key) {
             return t.clone();
@@ -515,4 +543,19 @@ fn check_lengths(expected: usize, lens: impl Iterator<Item = usize>) -> Result<(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_hold_exactly_their_indices() {
+        let idx = [0usize, 5, 63, 64, 130, 255];
+        let m = mask_of(idx.iter().copied());
+        for i in 0..SHARDS_MAX {
+            assert_eq!(m[i / 64] >> (i % 64) & 1 == 1, idx.contains(&i), "bit {i}");
+        }
+        assert_eq!(mask_of(std::iter::empty()), [0; 4]);
+    }
 }

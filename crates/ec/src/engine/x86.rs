@@ -53,7 +53,7 @@ pub(crate) unsafe fn avx512_gfni(
     len: usize,
     acc: bool,
 ) {
-    for_row_groups!(t, 8, len, |r0, g, start, end| {
+    for_row_groups!(t, 4, len, |r0, g, start, end| {
         let outs = &outputs[r0..r0 + g];
         // SAFETY: forwarded contract.
         unsafe {
@@ -61,11 +61,7 @@ pub(crate) unsafe fn avx512_gfni(
                 1 => gfni512_group::<1>(t, r0, inputs, outs, start, end, acc),
                 2 => gfni512_group::<2>(t, r0, inputs, outs, start, end, acc),
                 3 => gfni512_group::<3>(t, r0, inputs, outs, start, end, acc),
-                4 => gfni512_group::<4>(t, r0, inputs, outs, start, end, acc),
-                5 => gfni512_group::<5>(t, r0, inputs, outs, start, end, acc),
-                6 => gfni512_group::<6>(t, r0, inputs, outs, start, end, acc),
-                7 => gfni512_group::<7>(t, r0, inputs, outs, start, end, acc),
-                _ => gfni512_group::<8>(t, r0, inputs, outs, start, end, acc),
+                _ => gfni512_group::<4>(t, r0, inputs, outs, start, end, acc),
             }
         }
     })
@@ -82,15 +78,11 @@ unsafe fn gfni512_group<const G: usize>(
     end: usize,
     acc: bool,
 ) {
-    // Few outputs leave registers for a wider step: each broadcast coefficient then serves four
-    // vectors, and the out-of-order core gets independent chains to overlap.
-    let off = if G <= 4 {
-        // SAFETY: forwarded contract.
-        unsafe { gfni512_steps::<G, 4>(t, r0, inputs, outputs, start, end, acc) }
-    } else {
-        // SAFETY: forwarded contract.
-        unsafe { gfni512_steps::<G, 2>(t, r0, inputs, outputs, start, end, acc) }
-    };
+    // Four outputs by four vectors: 16 accumulators, and each broadcast coefficient serves four
+    // vectors. Measured on Zen 4, this beats eight outputs by two vectors even though more
+    // outputs then need another (L1-resident, see `for_row_groups`) pass over the inputs.
+    // SAFETY: forwarded contract.
+    let off = unsafe { gfni512_steps::<G, 4>(t, r0, inputs, outputs, start, end, acc) };
     // SAFETY: forwarded contract.
     unsafe { gfni512_tail::<G>(t, r0, inputs, outputs, off, end, acc) }
 }
