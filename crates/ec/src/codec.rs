@@ -5,6 +5,7 @@
 use crate::code::{Code, SHARDS_MAX};
 use crate::engine::{Engine, Tables};
 use crate::gf::Matrix;
+use crate::pool::Pool;
 use crate::EcError;
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
@@ -141,7 +142,7 @@ pub struct Codec {
     /// (survivors used, shards wanted) -> decode matrix.
     decode_cache: Mutex<HashMap<PatternKey, Arc<Tables>, MaskHash>>,
     threads: usize,
-    pool: Option<rayon::ThreadPool>,
+    pool: Option<Pool>,
 }
 
 impl std::fmt::Debug for Codec {
@@ -184,19 +185,14 @@ impl Codec {
         })
     }
 
-    /// Splits large shards into column ranges coded by `threads` threads (eRails Fig. 5).
+    /// Splits large shards into column ranges coded by `threads` threads (eRails Fig. 5): the
+    /// calling thread and `threads - 1` workers that spin briefly between calls.
     pub fn with_threads(mut self, threads: usize) -> Result<Codec, EcError> {
         if threads == 0 {
             return Err(EcError::InvalidThreadCount(threads));
         }
         self.pool = if threads > 1 {
-            Some(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .thread_name(|i| format!("railstore-ec-{i}"))
-                    .build()
-                    .map_err(|e| EcError::ThreadPool(e.to_string()))?,
-            )
+            Some(Pool::new(threads).map_err(|e| EcError::ThreadPool(e.to_string()))?)
         } else {
             None
         };
@@ -467,7 +463,7 @@ impl Codec {
                     outs,
                     acc,
                 };
-                pool.install(|| job.split(0, len, step));
+                pool.run(parts, &|p| job.range(p * step, ((p + 1) * step).min(len)));
             }
             // SAFETY: the caller's contract.
             _ => unsafe { self.engine.apply(t, ins, outs, len, acc) },
@@ -488,19 +484,10 @@ struct Job<'a> {
 unsafe impl Sync for Job<'_> {}
 
 impl Job<'_> {
-    fn split(&self, start: usize, end: usize, step: usize) {
-        if end - start <= step {
-            self.range(start, end);
-        } else {
-            let mid = start + (end - start).div_ceil(2 * step) * step;
-            rayon::join(
-                || self.split(start, mid, step),
-                || self.split(mid, end, step),
-            );
-        }
-    }
-
     fn range(&self, start: usize, end: usize) {
+        if start >= end {
+            return;
+        }
         with_list_capacity!(self.ins.len().max(self.outs.len()), |CAP| {
             let mut ins = PtrList::<_, CAP>::new();
             let mut outs = PtrList::<_, CAP>::new();

@@ -28,6 +28,7 @@ mod code;
 mod codec;
 mod engine;
 pub mod gf;
+mod pool;
 
 pub use code::{Code, CodeId, SHARDS_MAX};
 pub use codec::{Codec, DECODE_CACHE_ENTRIES_MAX};
