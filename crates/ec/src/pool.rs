@@ -148,7 +148,7 @@ fn worker(shared: &Shared, index: usize) {
                 break p;
             }
             spins += 1;
-            if spins % 64 == 0 && started.elapsed() > SPIN_BEFORE_PARK {
+            if spins.is_multiple_of(64) && started.elapsed() > SPIN_BEFORE_PARK {
                 slot.sleeping.store(true, Ordering::SeqCst);
                 // Checked again after announcing sleep: a submitter that offered before seeing
                 // `sleeping` is seen here; one that offers later sees `sleeping` and unparks.
