@@ -190,27 +190,32 @@ pub(crate) unsafe fn avx2_gfni(
     acc: bool,
 ) {
     let body = len / 32 * 32;
-    for_row_groups!(t, 6, body, |r0, g, start, end| {
+    // Three outputs by four vectors: 12 of the 16 ymm registers hold accumulators.
+    for_row_groups!(t, 3, body, |r0, g, start, end| {
         let outs = &outputs[r0..r0 + g];
         // SAFETY: forwarded contract.
         unsafe {
+            let off = match g {
+                1 => gfni256_group::<1, 4>(t, r0, inputs, outs, start, end, acc),
+                2 => gfni256_group::<2, 4>(t, r0, inputs, outs, start, end, acc),
+                _ => gfni256_group::<3, 4>(t, r0, inputs, outs, start, end, acc),
+            };
             match g {
-                1 => gfni256_group::<1>(t, r0, inputs, outs, start, end, acc),
-                2 => gfni256_group::<2>(t, r0, inputs, outs, start, end, acc),
-                3 => gfni256_group::<3>(t, r0, inputs, outs, start, end, acc),
-                4 => gfni256_group::<4>(t, r0, inputs, outs, start, end, acc),
-                5 => gfni256_group::<5>(t, r0, inputs, outs, start, end, acc),
-                _ => gfni256_group::<6>(t, r0, inputs, outs, start, end, acc),
-            }
+                1 => gfni256_group::<1, 1>(t, r0, inputs, outs, off, end, acc),
+                2 => gfni256_group::<2, 1>(t, r0, inputs, outs, off, end, acc),
+                _ => gfni256_group::<3, 1>(t, r0, inputs, outs, off, end, acc),
+            };
         }
     });
     // SAFETY: forwarded contract.
     unsafe { scalar::apply_range(t, inputs, outputs, body, len, acc) };
 }
 
+/// Steps of U vectors from `start` while a whole step fits before `end`; returns where it
+/// stopped.
 #[target_feature(enable = "avx2,gfni")]
 #[inline]
-unsafe fn gfni256_group<const G: usize>(
+unsafe fn gfni256_group<const G: usize, const U: usize>(
     t: &Tables,
     r0: usize,
     inputs: &[*const u8],
@@ -218,32 +223,42 @@ unsafe fn gfni256_group<const G: usize>(
     start: usize,
     end: usize,
     acc: bool,
-) {
+) -> usize {
     let cols = t.cols();
     let mats = &t.affine[r0 * cols..(r0 + G) * cols];
+    let step = 32 * U;
     let mut off = start;
-    while off < end {
-        let mut a = [_mm256_setzero_si256(); G];
+    while off + step <= end {
+        let mut a = [[_mm256_setzero_si256(); U]; G];
         for (c, &inp) in inputs.iter().enumerate() {
-            // SAFETY: off + 32 <= end <= len.
-            let x = unsafe { _mm256_loadu_si256(inp.add(off).cast()) };
+            let mut x = [_mm256_setzero_si256(); U];
+            for u in 0..U {
+                // SAFETY: off + step <= end <= len.
+                x[u] = unsafe { _mm256_loadu_si256(inp.add(off + 32 * u).cast()) };
+            }
             for r in 0..G {
                 let m = _mm256_set1_epi64x(mats[r * cols + c] as i64);
-                a[r] = _mm256_xor_si256(a[r], _mm256_gf2p8affine_epi64_epi8::<0>(x, m));
+                for u in 0..U {
+                    a[r][u] =
+                        _mm256_xor_si256(a[r][u], _mm256_gf2p8affine_epi64_epi8::<0>(x[u], m));
+                }
             }
         }
         for r in 0..G {
-            // SAFETY: as above, for outputs.
-            unsafe {
-                let p = outputs[r].add(off).cast();
-                if acc {
-                    a[r] = _mm256_xor_si256(a[r], _mm256_loadu_si256(p));
+            for u in 0..U {
+                // SAFETY: as above, for outputs.
+                unsafe {
+                    let p = outputs[r].add(off + 32 * u).cast();
+                    if acc {
+                        a[r][u] = _mm256_xor_si256(a[r][u], _mm256_loadu_si256(p));
+                    }
+                    _mm256_storeu_si256(p, a[r][u]);
                 }
-                _mm256_storeu_si256(p, a[r]);
             }
         }
-        off += 32;
+        off += step;
     }
+    off
 }
 
 // ---------------------------------------------------------------- AVX2 nibble tables
