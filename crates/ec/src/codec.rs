@@ -224,15 +224,7 @@ impl Codec {
                 .map(|d| d.len())
                 .chain(parity.iter().map(|p| p.len())),
         )?;
-        with_list_capacity!(k.max(m), |CAP| {
-            let mut ins = PtrList::<_, CAP>::new();
-            let mut outs = PtrList::<_, CAP>::new();
-            data.iter().for_each(|d| ins.push(d.as_ptr()));
-            parity.iter_mut().for_each(|p| outs.push(p.as_mut_ptr()));
-            // SAFETY: k inputs and m outputs of `len` bytes; the &mut borrows make the
-            // outputs distinct from each other and from the shared inputs.
-            unsafe { self.run(&self.encode, ins.as_slice(), outs.as_slice(), len, false) };
-        });
+        self.encode_unchecked(data, parity, len);
         Ok(())
     }
 
@@ -242,15 +234,21 @@ impl Codec {
         let len = shards[0].len();
         check_lengths(len, shards.iter().map(|s| s.len()))?;
         let (data, parity) = shards.split_at_mut(self.code.k());
+        self.encode_unchecked(data, parity, len);
+        Ok(())
+    }
+
+    /// `encode` after the shapes were checked: k data and m parity shards of `len` bytes.
+    fn encode_unchecked<D: AsRef<[u8]>>(&self, data: &[D], parity: &mut [&mut [u8]], len: usize) {
         with_list_capacity!(self.code.n(), |CAP| {
             let mut ins = PtrList::<_, CAP>::new();
             let mut outs = PtrList::<_, CAP>::new();
-            data.iter().for_each(|d| ins.push(d.as_ptr()));
+            data.iter().for_each(|d| ins.push(d.as_ref().as_ptr()));
             parity.iter_mut().for_each(|p| outs.push(p.as_mut_ptr()));
-            // SAFETY: as in `encode`: distinct `&mut` buffers of one length.
+            // SAFETY: k inputs and m outputs of `len` bytes; the &mut borrows make the
+            // outputs distinct from each other and from the shared inputs.
             unsafe { self.run(&self.encode, ins.as_slice(), outs.as_slice(), len, false) };
         });
-        Ok(())
     }
 
     /// Rebuilds every shard whose `present` flag is false, data and parity, from the others.

@@ -11,29 +11,13 @@ static MUL: [[u8; 256]; 256] = {
     while a < 256 {
         let mut b = 0;
         while b < 256 {
-            t[a][b] = mul_const(a as u8, b as u8);
+            t[a][b] = gf::mul_slow(a as u8, b as u8);
             b += 1;
         }
         a += 1;
     }
     t
 };
-
-const fn mul_const(a: u8, b: u8) -> u8 {
-    let (mut a, mut b) = (a as u16, b);
-    let mut p: u16 = 0;
-    while b != 0 {
-        if b & 1 != 0 {
-            p ^= a;
-        }
-        a <<= 1;
-        if a & 0x100 != 0 {
-            a ^= gf::POLY;
-        }
-        b >>= 1;
-    }
-    p as u8
-}
 
 /// The engine contract of `Engine::apply`, restricted to bytes `start..end`; SIMD engines use it
 /// for their tails.
