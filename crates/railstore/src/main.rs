@@ -1,7 +1,8 @@
 //! The `railstore` command line: picks devices and coders and runs the jobs.
 
 use clap::{Parser, Subcommand};
-use railstore_bench::{device::DeviceBenchArgs, ec::EcBenchArgs};
+use railstore_bench::device::{DeviceBenchArgs, SimValidationArgs};
+use railstore_bench::ec::EcBenchArgs;
 
 /// railstore: an object and key-value store for flash arrays that keeps reads at read-only
 /// latency while writes pour in, protected by erasure codes.
@@ -26,8 +27,10 @@ enum Command {
 
 #[derive(Subcommand)]
 enum BenchCommand {
-    /// A fio-like load on one key-value device backend.
-    Device(DeviceBenchArgs),
+    /// A fio-like load on one key-value device backend (mem, file or a simulated SSD).
+    Device(Box<DeviceBenchArgs>),
+    /// Validates the simulated SSD: random 4 KiB reads alone, then with 25 % random writes.
+    SimSsd(SimValidationArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -36,6 +39,7 @@ fn main() -> anyhow::Result<()> {
         Command::EcBench(args) => railstore_bench::ec::run(&args).map(|_| ()),
         Command::Bench { what } => match what {
             BenchCommand::Device(args) => railstore_bench::device::run(&args),
+            BenchCommand::SimSsd(args) => railstore_bench::device::run_sim_validation(&args),
         },
     }
 }

@@ -1,0 +1,1452 @@
+//! `file`: a log-structured key-value store in a directory of segment files.
+//!
+//! Records (`format`) are packed back to back into segment files (values of 4 KiB and more start
+//! on a 512-byte boundary, so they read with exactly their own blocks) through aligned in-memory
+//! write buffers and written in aligned blocks, with O_DIRECT where the file system allows it.
+//! One flusher thread per device writes full buffers in order (large ones as several concurrent
+//! 1 MiB writes) and serves `sync` by group commit: every sync waiting when a flush finishes
+//! shares one `fdatasync`. Reads look the key up in an in-memory index (which also keeps each
+//! record's CRC) and fetch the aligned range that covers the value through io_uring (one ring
+//! and reaper thread per device), or on tokio's blocking thread pool where io_uring is
+//! unavailable; io_uring saved two context switches per read (see
+//! `docs/benchmarks/device.md`). A checkpoint of the index plus replay of the log after it
+//! rebuilds the index on open; a torn or corrupt tail fails its CRC and is cut off. Compaction
+//! copies the live records of a sealed segment to the log head and deletes the segment; the
+//! owner calls it through [`Device::compact`], or a background thread does when
+//! [`CompactionPolicy::Auto`] is set.
+
+use crate::aligned::{align_down, align_up, AlignedBuf, ALIGN_BYTES};
+use crate::api::{
+    iter_range, CompactStats, Device, DeviceInfo, IterBatch, IterEntry, IterRequest, Limits,
+    QueueGate, ReadRange, Retrieved, StoreMode,
+};
+use crate::error::{DeviceError, Result};
+use crate::format::{
+    body_crc, decode_checkpoint, encode_checkpoint, encode_record, header_prefix, record_len,
+    scan_records, value_pad, Checkpoint, Loc, RecordKind, VALUE_ALIGN_BYTES, VALUE_ALIGN_MIN_BYTES,
+};
+use async_trait::async_trait;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Name of the checkpoint file in the device directory.
+pub const CHECKPOINT_FILE: &str = "checkpoint";
+/// Name of the lock file that keeps two processes from opening one device.
+pub const LOCK_FILE: &str = "LOCK";
+/// Full buffers allowed to wait for the flusher before stores wait.
+const QUEUED_BUFFERS_MAX: usize = 4;
+/// Large flushes are cut into chunks of this size written concurrently.
+const WRITE_CHUNK_BYTES: usize = 1 << 20;
+
+/// When the device reclaims dead space on its own.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CompactionPolicy {
+    /// Only when the owner calls [`Device::compact`] (the layers above decide when a device may
+    /// spend time writing).
+    Manual,
+    /// A background thread compacts a sealed segment once its dead fraction reaches
+    /// `dead_ratio_min` (standalone use).
+    Auto {
+        /// Dead bytes / segment bytes at which a segment is compacted.
+        dead_ratio_min: f64,
+    },
+}
+
+/// Settings of a [`FileDevice`].
+#[derive(Debug, Clone)]
+pub struct FileConfig {
+    /// Bytes of segments the device may hold (live and dead).
+    pub capacity_bytes: u64,
+    /// Key and value limits.
+    pub limits: Limits,
+    /// Most operations in flight.
+    pub queue_depth_max: usize,
+    /// Size at which a segment is sealed and a new one started.
+    pub segment_bytes: u64,
+    /// Capacity of each of the write buffers (the active one and those being flushed).
+    pub write_buffer_bytes: usize,
+    /// Buffered bytes at which the flusher writes without waiting for a sync.
+    pub flush_bytes: usize,
+    /// Log bytes appended between background checkpoints; 0 checkpoints only on close.
+    pub checkpoint_interval_bytes: u64,
+    /// When dead space is reclaimed.
+    pub compaction: CompactionPolicy,
+    /// Try O_DIRECT (falls back to buffered I/O with a warning where refused).
+    pub direct_io: bool,
+    /// Read through io_uring (falls back to a blocking thread pool where unavailable).
+    pub io_uring: bool,
+}
+
+impl Default for FileConfig {
+    fn default() -> Self {
+        FileConfig {
+            capacity_bytes: 64 << 30,
+            limits: Limits::default(),
+            queue_depth_max: 128,
+            segment_bytes: 64 << 20,
+            write_buffer_bytes: 16 << 20,
+            flush_bytes: 4 << 20,
+            checkpoint_interval_bytes: 256 << 20,
+            compaction: CompactionPolicy::Auto {
+                dead_ratio_min: 0.5,
+            },
+            direct_io: true,
+            io_uring: true,
+        }
+    }
+}
+
+impl FileConfig {
+    fn validate(&self) -> Result<()> {
+        self.limits.validate()?;
+        let rec_max = record_len(self.limits.key_bytes_max, self.limits.value_bytes_max) as u64
+            + VALUE_ALIGN_BYTES;
+        if self.limits.key_bytes_max > u16::MAX as usize
+            || self.limits.value_bytes_max > crate::format::FORMAT_VALUE_BYTES_MAX as usize
+        {
+            return Err(DeviceError::Config(
+                "limits exceed what the record format can hold".into(),
+            ));
+        }
+        if (self.write_buffer_bytes as u64) < align_up(rec_max) + 2 * ALIGN_BYTES as u64 {
+            return Err(DeviceError::Config(format!(
+                "write_buffer_bytes {} must hold the largest record ({rec_max} B) plus two blocks",
+                self.write_buffer_bytes
+            )));
+        }
+        if self.segment_bytes < rec_max {
+            return Err(DeviceError::Config(
+                "segment_bytes smaller than the largest record".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What opening the device found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// A valid checkpoint was used.
+    pub checkpoint_used: bool,
+    /// Segments found.
+    pub segments: usize,
+    /// Records replayed from the log after the checkpoint.
+    pub records_replayed: u64,
+    /// Bytes cut from a torn or corrupt tail of the last segment.
+    pub torn_tail_bytes: u64,
+    /// Sealed segments with corruption inside (records after it were lost).
+    pub corrupt_segments: Vec<u64>,
+    /// O_DIRECT is in use.
+    pub direct_io: bool,
+}
+
+struct Segment {
+    file: Arc<File>,
+    path: PathBuf,
+    /// Bytes appended (the logical end of the log in this segment).
+    end: u64,
+    /// Bytes of records the index (or a needed tombstone) still points at.
+    live_bytes: u64,
+}
+
+/// An aligned buffer holding the log bytes of `seg` from file offset `base`.
+struct WriteBuf {
+    seg: u64,
+    file: Arc<File>,
+    base: u64,
+    len: usize,
+    buf: AlignedBuf,
+    /// The segment ends with this buffer: fdatasync it before anything later is written.
+    seal: bool,
+    last_seq: u64,
+}
+
+impl WriteBuf {
+    fn covers(&self, loc: &Loc) -> bool {
+        loc.segment == self.seg
+            && loc.offset >= self.base
+            && loc.offset + loc.record_len() <= self.base + self.len as u64
+    }
+
+    fn record(&self, loc: &Loc) -> &[u8] {
+        let at = (loc.offset - self.base) as usize;
+        &self.buf[at..at + loc.record_len() as usize]
+    }
+}
+
+struct State {
+    index: BTreeMap<Vec<u8>, Loc>,
+    tombs: HashMap<Vec<u8>, Loc>,
+    segments: BTreeMap<u64, Segment>,
+    active: WriteBuf,
+    queued: VecDeque<Arc<WriteBuf>>,
+    spare: Vec<AlignedBuf>,
+    next_seq: u64,
+    next_segment: u64,
+    written_seq: u64,
+    durable_seq: u64,
+    sync_target: u64,
+    /// Segment and end offset known durable (for crash tests).
+    durable_pos: (u64, u64),
+    written_pos: (u64, u64),
+    /// File written since the last fdatasync, if any.
+    unsynced_file: Option<Arc<File>>,
+    used_bytes: u64,
+    live_bytes: u64,
+    appended_since_checkpoint: u64,
+    failed: Option<&'static str>,
+    shutdown: bool,
+    crashed: bool,
+}
+
+struct Shared {
+    config: FileConfig,
+    dir: PathBuf,
+    direct: bool,
+    /// Alignment of O_DIRECT reads (see `probe_direct`).
+    read_align: u64,
+    state: Mutex<State>,
+    /// Wakes the flusher.
+    flush_cv: Condvar,
+    /// Wakes threads waiting for a flush, a sync or buffer space.
+    done_cv: Condvar,
+    /// Wakes the maintenance thread.
+    maint_cv: Condvar,
+    /// Wakes async stores waiting for buffer space (after every flush).
+    space: tokio::sync::Notify,
+    /// One compaction or checkpoint at a time.
+    maint_lock: Mutex<()>,
+    /// Holds the directory's flock until close.
+    lock_file: Mutex<Option<File>>,
+}
+
+/// The log-structured file device. See the module docs.
+pub struct FileDevice {
+    shared: Arc<Shared>,
+    /// io_uring for reads, where the kernel allows it; else tokio's blocking pool.
+    ring: Option<crate::uring::ReadRing>,
+    gate: QueueGate,
+    recovery: RecoveryReport,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+fn segment_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("seg-{id:010}.log"))
+}
+
+fn parse_segment_name(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("seg-")?.strip_suffix(".log")?;
+    if digits.len() != 10 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+fn open_file(path: &Path, direct: bool, create: bool) -> std::io::Result<File> {
+    let mut o = OpenOptions::new();
+    o.read(true).write(true);
+    if create {
+        o.create_new(true);
+    }
+    if direct {
+        o.custom_flags(libc::O_DIRECT);
+    }
+    o.open(path)
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| DeviceError::io("fsync directory", e))
+}
+
+/// Whether the directory's file system accepts O_DIRECT, and the smallest alignment it accepts
+/// for reads: 512 B (most block devices' logical block) or 4 KiB. Reading a packed record needs
+/// the aligned range that covers it, so a finer alignment reads fewer extra bytes (a 4 KiB value
+/// spans two 4 KiB blocks but usually only nine or ten 512 B ones).
+fn probe_direct(dir: &Path) -> Option<u64> {
+    let path = dir.join(".direct-probe");
+    let _ = std::fs::remove_file(&path);
+    let r = (|| -> std::io::Result<u64> {
+        let f = open_file(&path, true, true)?;
+        let buf = AlignedBuf::new(ALIGN_BYTES);
+        f.write_all_at(&buf, 0)?;
+        let mut back = AlignedBuf::new(ALIGN_BYTES);
+        f.read_at(&mut back, 0)?;
+        Ok(if f.read_at(&mut back[..512], 512).is_ok() {
+            512
+        } else {
+            ALIGN_BYTES as u64
+        })
+    })();
+    let _ = std::fs::remove_file(&path);
+    r.ok()
+}
+
+/// Reads `len` bytes at `offset` into a buffer covering whole `align`-byte blocks. Returns the
+/// buffer and where the requested bytes start in it.
+fn read_aligned(
+    file: &File,
+    offset: u64,
+    len: usize,
+    align: u64,
+) -> std::io::Result<(AlignedBuf, usize)> {
+    let start = offset / align * align;
+    let end = (offset + len as u64).div_ceil(align) * align;
+    let mut buf = AlignedBuf::new((end - start) as usize);
+    let want = (offset + len as u64 - start) as usize;
+    let mut got = 0usize;
+    while got < want {
+        // Whole aligned tail of the buffer: O_DIRECT needs aligned length and offset.
+        let n = file.read_at(&mut buf[got..(end - start) as usize], start + got as u64)?;
+        if n == 0 || !((got + n) as u64).is_multiple_of(align) && got + n < want {
+            // A short read not on a block boundary can only be the file's end.
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "record past end of file",
+            ));
+        }
+        got += n;
+    }
+    Ok((buf, (offset - start) as usize))
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn check_failed(st: &State) -> Result<()> {
+        match st.failed {
+            Some(reason) => Err(DeviceError::Failed { reason }),
+            None => Ok(()),
+        }
+    }
+
+    fn new_buf(&self, st: &mut State) -> AlignedBuf {
+        st.spare
+            .pop()
+            .unwrap_or_else(|| AlignedBuf::new(self.config.write_buffer_bytes))
+    }
+
+    /// Moves the active buffer to the flush queue; the new active buffer starts with a copy of
+    /// the last partial block, which is rewritten (same bytes, more records) by a later flush.
+    fn rotate_active(&self, st: &mut State, seal: bool, next: Option<(u64, Arc<File>)>) {
+        let mut buf = self.new_buf(st);
+        let old = &mut st.active;
+        let end = old.base + old.len as u64;
+        let padded = align_up(old.len as u64) as usize;
+        old.buf[old.len..padded].fill(0);
+        let (seg, file, base, carry) = match next {
+            Some((seg, file)) => (seg, file, 0, 0),
+            None => {
+                let base = align_down(end);
+                let carry = (end - base) as usize;
+                let from = (base - old.base) as usize;
+                buf[..carry].copy_from_slice(&old.buf[from..from + carry]);
+                (old.seg, old.file.clone(), base, carry)
+            }
+        };
+        let last_seq = old.last_seq;
+        let mut new = WriteBuf {
+            seg,
+            file,
+            base,
+            len: carry,
+            buf,
+            seal: false,
+            last_seq,
+        };
+        std::mem::swap(&mut new, &mut st.active);
+        new.seal = seal;
+        st.queued.push_back(Arc::new(new));
+        self.flush_cv.notify_one();
+    }
+
+    /// Appends one record if there is room now; `Ok(None)` means wait for the flusher.
+    fn try_append(
+        &self,
+        st: &mut State,
+        kind: RecordKind,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<Option<Loc>> {
+        Self::check_failed(st)?;
+        // Room is checked for the most padding a long value may need at any position.
+        let len = record_len(key.len(), value.len()) as u64
+            + if value.len() >= VALUE_ALIGN_MIN_BYTES {
+                VALUE_ALIGN_BYTES - 1
+            } else {
+                0
+            };
+        if st.used_bytes + len > self.config.capacity_bytes {
+            return Err(DeviceError::Capacity {
+                needed: len,
+                available: self.config.capacity_bytes.saturating_sub(st.used_bytes),
+            });
+        }
+        let pos = st.active.base + st.active.len as u64;
+        if pos + len > self.config.segment_bytes && pos > 0 {
+            if st.queued.len() >= QUEUED_BUFFERS_MAX {
+                return Ok(None);
+            }
+            let id = st.next_segment;
+            let path = segment_path(&self.dir, id);
+            let file = Arc::new(
+                open_file(&path, self.direct, true)
+                    .map_err(|e| DeviceError::io("create segment", e))?,
+            );
+            st.next_segment += 1;
+            st.segments.insert(
+                id,
+                Segment {
+                    file: file.clone(),
+                    path,
+                    end: 0,
+                    live_bytes: 0,
+                },
+            );
+            self.rotate_active(st, true, Some((id, file)));
+            self.maint_cv.notify_one();
+        } else if st.active.len + len as usize > st.active.buf.capacity() {
+            if st.queued.len() >= QUEUED_BUFFERS_MAX {
+                return Ok(None);
+            }
+            self.rotate_active(st, false, None);
+        }
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        let a = &mut st.active;
+        let at = a.len;
+        let offset = a.base + at as u64;
+        let pad = value_pad(offset, key.len(), value.len());
+        let len = record_len(key.len(), value.len()) as u64 + pad as u64;
+        let body_crc = encode_record(
+            &mut a.buf[at..at + len as usize],
+            kind,
+            seq,
+            key,
+            value,
+            pad,
+        );
+        let loc = Loc {
+            segment: a.seg,
+            offset,
+            key_len: key.len() as u16,
+            value_len: value.len() as u32,
+            pad,
+            seq,
+            body_crc,
+        };
+        a.len += len as usize;
+        a.last_seq = seq;
+        let full = a.len >= self.config.flush_bytes;
+        let seg = loc.segment;
+        let s = st
+            .segments
+            .get_mut(&seg)
+            .expect("active segment is registered");
+        s.end += len;
+        s.live_bytes += len;
+        st.used_bytes += len;
+        st.live_bytes += len;
+        st.appended_since_checkpoint += len;
+        if full {
+            self.flush_cv.notify_one();
+        }
+        if st.appended_since_checkpoint >= self.config.checkpoint_interval_bytes
+            && self.config.checkpoint_interval_bytes > 0
+        {
+            self.maint_cv.notify_one();
+        }
+        Ok(Some(loc))
+    }
+
+    /// Marks a record dead in the space accounting.
+    fn kill(st: &mut State, loc: &Loc) {
+        let len = loc.record_len();
+        if let Some(s) = st.segments.get_mut(&loc.segment) {
+            s.live_bytes -= len;
+        }
+        st.live_bytes -= len;
+    }
+
+    /// Store under the lock; `Ok(None)` means wait for buffer space and retry.
+    fn store_locked(
+        &self,
+        st: &mut State,
+        key: &[u8],
+        value: &[u8],
+        mode: StoreMode,
+    ) -> Result<Option<()>> {
+        Self::check_failed(st)?;
+        mode.check(key, st.index.contains_key(key))?;
+        let Some(loc) = self.try_append(st, RecordKind::Put, key, value)? else {
+            return Ok(None);
+        };
+        if let Some(old) = st.index.insert(key.to_vec(), loc) {
+            Self::kill(st, &old);
+        }
+        if let Some(t) = st.tombs.remove(key) {
+            Self::kill(st, &t);
+        }
+        Ok(Some(()))
+    }
+
+    /// Delete under the lock; `Ok(None)` means wait and retry.
+    fn delete_locked(&self, st: &mut State, key: &[u8], must_exist: bool) -> Result<Option<bool>> {
+        Self::check_failed(st)?;
+        if !st.index.contains_key(key) {
+            return if must_exist {
+                Err(DeviceError::KeyNotFound { key: key.to_vec() })
+            } else {
+                Ok(Some(false))
+            };
+        }
+        let Some(loc) = self.try_append(st, RecordKind::Delete, key, &[])? else {
+            return Ok(None);
+        };
+        let old = st.index.remove(key).expect("checked above");
+        Self::kill(st, &old);
+        if let Some(t) = st.tombs.insert(key.to_vec(), loc) {
+            Self::kill(st, &t);
+        }
+        Ok(Some(true))
+    }
+
+    /// Runs `f` under the lock until it stops asking to wait.
+    fn blocking<T>(
+        &self,
+        mut f: impl FnMut(&Shared, &mut State) -> Result<Option<T>>,
+    ) -> Result<T> {
+        let mut st = self.lock();
+        loop {
+            if let Some(v) = f(self, &mut st)? {
+                return Ok(v);
+            }
+            self.flush_cv.notify_one();
+            st = self.done_cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Waits until every record appended before the call is durable.
+    fn sync_blocking(&self) -> Result<()> {
+        let mut st = self.lock();
+        Self::check_failed(&st)?;
+        let target = st.next_seq - 1;
+        if st.durable_seq >= target {
+            return Ok(());
+        }
+        st.sync_target = st.sync_target.max(target);
+        self.flush_cv.notify_one();
+        while st.durable_seq < target {
+            Self::check_failed(&st)?;
+            st = self.done_cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        Ok(())
+    }
+
+    /// Reads and checks the record at `loc` from disk.
+    fn read_record(
+        &self,
+        key: &[u8],
+        loc: Loc,
+        file: Option<Arc<File>>,
+        range: ReadRange,
+    ) -> Result<Retrieved> {
+        let Some(file) = file else {
+            return Err(DeviceError::Failed {
+                reason: "segment missing",
+            });
+        };
+        if loc.value_len == 0 {
+            return Self::check_value(key, loc, &[], range);
+        }
+        let (buf, at) = read_aligned(
+            &file,
+            loc.value_offset(),
+            loc.value_len as usize,
+            self.read_align,
+        )
+        .map_err(|e| DeviceError::io("read record", e))?;
+        Self::check_value(key, loc, &buf[at..at + loc.value_len as usize], range)
+    }
+
+    /// Verifies a value read alone against the body CRC the index keeps (it covers the header
+    /// fields, the key and the value), and cuts out `range`. Reading the value alone lets a
+    /// block-aligned value be read with exactly its own blocks.
+    fn check_value(key: &[u8], loc: Loc, value: &[u8], range: ReadRange) -> Result<Retrieved> {
+        let (start, end) = range.resolve(loc.value_len as u64)?;
+        let prefix = header_prefix(
+            RecordKind::Put,
+            loc.seq,
+            loc.key_len,
+            loc.value_len,
+            loc.pad,
+        );
+        if body_crc(&prefix, key, value) != loc.body_crc {
+            return Err(DeviceError::Corrupt {
+                location: format!("segment {} offset {}", loc.segment, loc.offset),
+                reason: "value checksum mismatch",
+            });
+        }
+        Ok(Retrieved {
+            value: value[start as usize..end as usize].to_vec(),
+            value_len: loc.value_len as u64,
+        })
+    }
+
+    /// Looks a key up: the value now if the record is still in memory, else where to read it.
+    #[allow(clippy::type_complexity)]
+    fn locate(
+        &self,
+        key: &[u8],
+        range: ReadRange,
+    ) -> Result<std::result::Result<Retrieved, (Option<Arc<File>>, Loc)>> {
+        let st = self.lock();
+        Self::check_failed(&st)?;
+        let loc = *st
+            .index
+            .get(key)
+            .ok_or_else(|| DeviceError::KeyNotFound { key: key.to_vec() })?;
+        let from_mem = |rec: &[u8]| -> Result<Retrieved> {
+            let (start, end) = range.resolve(loc.value_len as u64)?;
+            let v = &rec[(loc.value_offset() - loc.offset) as usize..];
+            Ok(Retrieved {
+                value: v[start as usize..end as usize].to_vec(),
+                value_len: loc.value_len as u64,
+            })
+        };
+        if st.active.covers(&loc) {
+            return from_mem(st.active.record(&loc)).map(Ok);
+        }
+        if let Some(b) = st.queued.iter().find(|b| b.covers(&loc)) {
+            return from_mem(b.record(&loc)).map(Ok);
+        }
+        Ok(Err((
+            st.segments.get(&loc.segment).map(|s| s.file.clone()),
+            loc,
+        )))
+    }
+
+    fn retrieve_blocking(&self, key: &[u8], range: ReadRange) -> Result<Retrieved> {
+        match self.locate(key, range)? {
+            Ok(r) => Ok(r),
+            Err((file, loc)) => self.read_record(key, loc, file, range),
+        }
+    }
+
+    /// The flusher thread: writes queued buffers in order, seals segments, serves syncs.
+    fn flusher(self: Arc<Self>) {
+        let mut st = self.lock();
+        loop {
+            if st.crashed {
+                break;
+            }
+            let unwritten = st.active.last_seq > st.written_seq;
+            let want_sync = st.sync_target > st.durable_seq;
+            if st.queued.is_empty()
+                && unwritten
+                && ((want_sync && st.written_seq < st.sync_target)
+                    || st.active.len >= self.config.flush_bytes
+                    || st.shutdown)
+            {
+                self.rotate_active(&mut st, false, None);
+            }
+            if let Some(job) = st.queued.front().cloned() {
+                drop(st);
+                let r = self.write_job(&job);
+                st = self.lock();
+                st.queued.pop_front();
+                match r {
+                    Ok(()) => {
+                        st.written_seq = st.written_seq.max(job.last_seq);
+                        st.written_pos = (job.seg, job.base + job.len as u64);
+                        st.unsynced_file = if job.seal {
+                            None
+                        } else {
+                            Some(job.file.clone())
+                        };
+                        if job.seal {
+                            st.durable_pos = st.written_pos;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, dir = %self.dir.display(), "device write failed; device stops");
+                        st.failed = Some("write failed");
+                    }
+                }
+                if let Ok(b) = Arc::try_unwrap(job) {
+                    st.spare.push(b.buf);
+                }
+                self.done_cv.notify_all();
+                self.space.notify_waiters();
+                continue;
+            }
+            if want_sync && (st.written_seq >= st.sync_target || !unwritten) {
+                let file = st.unsynced_file.take();
+                let upto = st.written_seq;
+                let pos = st.written_pos;
+                drop(st);
+                let r = file.map(|f| f.sync_data()).unwrap_or(Ok(()));
+                st = self.lock();
+                match r {
+                    Ok(()) => {
+                        st.durable_seq = st.durable_seq.max(upto);
+                        st.durable_pos = pos;
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "fdatasync failed; device stops");
+                        st.failed = Some("fdatasync failed");
+                    }
+                }
+                self.done_cv.notify_all();
+                continue;
+            }
+            if st.shutdown && !unwritten {
+                break;
+            }
+            if st.failed.is_some() {
+                // Nothing more will be written; release anyone waiting.
+                self.done_cv.notify_all();
+                self.space.notify_waiters();
+                if st.shutdown {
+                    break;
+                }
+            }
+            st = self.flush_cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        self.done_cv.notify_all();
+        self.space.notify_waiters();
+    }
+
+    fn write_job(&self, job: &WriteBuf) -> Result<()> {
+        let padded = align_up(job.len as u64) as usize;
+        let io = |e| DeviceError::io("write segment", e);
+        if padded < 2 * WRITE_CHUNK_BYTES {
+            job.file
+                .write_all_at(&job.buf[..padded], job.base)
+                .map_err(io)?;
+        } else {
+            // Several writes in flight: one sequential stream at queue depth 1 leaves most of
+            // an SSD's bandwidth unused. The chunks are disjoint, so their order does not matter;
+            // the job completes (and sync may follow) only when all are written.
+            std::thread::scope(|scope| {
+                let chunks: Vec<_> = (0..padded)
+                    .step_by(WRITE_CHUNK_BYTES)
+                    .map(|at| {
+                        let end = (at + WRITE_CHUNK_BYTES).min(padded);
+                        let (file, data) = (&job.file, &job.buf[at..end]);
+                        scope.spawn(move || file.write_all_at(data, job.base + at as u64))
+                    })
+                    .collect();
+                chunks
+                    .into_iter()
+                    .try_for_each(|c| c.join().expect("write thread panicked"))
+            })
+            .map_err(io)?;
+        }
+        if job.seal {
+            // A later segment must never be durable before this one is complete.
+            job.file
+                .sync_data()
+                .map_err(|e| DeviceError::io("fdatasync sealed segment", e))?;
+            sync_dir(&self.dir)?;
+        }
+        Ok(())
+    }
+
+    /// Writes a checkpoint of the index that is durable before the checkpoint is.
+    fn checkpoint_blocking(&self) -> Result<()> {
+        let _m = self.maint_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let ckpt = {
+            let mut st = self.lock();
+            Self::check_failed(&st)?;
+            st.appended_since_checkpoint = 0;
+            let mut tombstones: Vec<_> = st.tombs.iter().map(|(k, l)| (k.clone(), *l)).collect();
+            // Sorted so equal states give equal checkpoint bytes (fixtures, diffs).
+            tombstones.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            Checkpoint {
+                seq: st.next_seq - 1,
+                replay_segment: st.active.seg,
+                replay_offset: st.active.base + st.active.len as u64,
+                entries: st.index.iter().map(|(k, l)| (k.clone(), *l)).collect(),
+                tombstones,
+            }
+        };
+        // Everything the checkpoint reflects must be on disk before the checkpoint is.
+        self.sync_blocking()?;
+        let bytes = encode_checkpoint(&ckpt);
+        let tmp = self.dir.join(format!("{CHECKPOINT_FILE}.tmp"));
+        let io = |e| DeviceError::io("write checkpoint", e);
+        {
+            let f = File::create(&tmp).map_err(io)?;
+            f.write_all_at(&bytes, 0).map_err(io)?;
+            f.sync_all().map_err(io)?;
+        }
+        std::fs::rename(&tmp, self.dir.join(CHECKPOINT_FILE)).map_err(io)?;
+        sync_dir(&self.dir)
+    }
+
+    /// Compacts sealed segments until about `budget_bytes` of live data were copied.
+    /// `dead_ratio_min` skips segments with too little dead space.
+    fn compact_blocking(&self, budget_bytes: u64, dead_ratio_min: f64) -> Result<CompactStats> {
+        let _m = self.maint_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut stats = CompactStats::default();
+        loop {
+            if stats.bytes_copied >= budget_bytes && stats.segments_freed > 0 {
+                return Ok(stats);
+            }
+            let victim = {
+                let st = self.lock();
+                Self::check_failed(&st)?;
+                st.segments
+                    .iter()
+                    .filter(|(id, _)| {
+                        **id != st.active.seg && st.queued.iter().all(|b| b.seg != **id)
+                    })
+                    .filter(|(_, s)| {
+                        let dead = s.end.saturating_sub(s.live_bytes);
+                        dead > 0 && dead as f64 >= dead_ratio_min * s.end as f64
+                    })
+                    .max_by_key(|(_, s)| s.end.saturating_sub(s.live_bytes))
+                    .map(|(id, s)| (*id, s.file.clone(), s.end, s.path.clone()))
+            };
+            let Some((id, file, end, path)) = victim else {
+                return Ok(stats);
+            };
+            let (buf, _) = read_aligned(&file, 0, end as usize, ALIGN_BYTES as u64)
+                .map_err(|e| DeviceError::io("read segment", e))?;
+            let mut copied = 0u64;
+            let mut result = Ok(());
+            scan_records(&buf[..end as usize], 0, 0, |off, rec| {
+                if result.is_err() {
+                    return;
+                }
+                let here = |l: &Loc| l.segment == id && l.offset == off as u64;
+                result = self.blocking(|sh, st| {
+                    Self::check_failed(st)?;
+                    let key = rec.key;
+                    match rec.header.kind {
+                        RecordKind::Put => {
+                            if !st.index.get(key).is_some_and(here) {
+                                return Ok(Some(()));
+                            }
+                            let Some(loc) = sh.try_append(st, RecordKind::Put, key, rec.value)?
+                            else {
+                                return Ok(None);
+                            };
+                            let old = st.index.insert(key.to_vec(), loc).expect("live");
+                            Self::kill(st, &old);
+                            copied += loc.record_len();
+                        }
+                        RecordKind::Delete => {
+                            if !st.tombs.get(key).is_some_and(here) {
+                                return Ok(Some(()));
+                            }
+                            // An older segment may still hold a put this tombstone hides.
+                            let older = st.segments.range(..id).next().is_some();
+                            if older {
+                                let Some(loc) = sh.try_append(st, RecordKind::Delete, key, &[])?
+                                else {
+                                    return Ok(None);
+                                };
+                                let old = st.tombs.insert(key.to_vec(), loc).expect("live");
+                                Self::kill(st, &old);
+                                copied += loc.record_len();
+                            } else {
+                                let old = st.tombs.remove(key).expect("live");
+                                Self::kill(st, &old);
+                            }
+                        }
+                    }
+                    Ok(Some(()))
+                });
+            });
+            result?;
+            // The copies must be durable before the originals disappear.
+            self.sync_blocking()?;
+            {
+                let mut st = self.lock();
+                let seg = st.segments.remove(&id).expect("victim segment");
+                debug_assert_eq!(
+                    seg.live_bytes, 0,
+                    "live records left in compacted segment {id}"
+                );
+                st.used_bytes -= seg.end;
+                st.live_bytes -= seg.live_bytes;
+            }
+            std::fs::remove_file(&path).map_err(|e| DeviceError::io("remove segment", e))?;
+            sync_dir(&self.dir)?;
+            stats.segments_freed += 1;
+            stats.bytes_copied += copied;
+            stats.bytes_freed += end;
+            if budget_bytes == 0 {
+                return Ok(stats);
+            }
+        }
+    }
+
+    /// The maintenance thread: background checkpoints and the automatic compaction policy.
+    fn maintenance(self: Arc<Self>) {
+        loop {
+            {
+                let st = self.lock();
+                let (st, _) = self
+                    .maint_cv
+                    .wait_timeout(st, Duration::from_millis(500))
+                    .unwrap_or_else(|e| e.into_inner());
+                if st.shutdown || st.failed.is_some() {
+                    return;
+                }
+            }
+            let need_ckpt = {
+                let st = self.lock();
+                self.config.checkpoint_interval_bytes > 0
+                    && st.appended_since_checkpoint >= self.config.checkpoint_interval_bytes
+            };
+            if need_ckpt {
+                if let Err(e) = self.checkpoint_blocking() {
+                    tracing::warn!(error = %e, "background checkpoint failed");
+                }
+            }
+            if let CompactionPolicy::Auto { dead_ratio_min } = self.config.compaction {
+                if let Err(e) = self.compact_blocking(self.config.segment_bytes, dead_ratio_min) {
+                    tracing::warn!(error = %e, "background compaction failed");
+                }
+            }
+        }
+    }
+}
+
+/// Rebuilds the index from the checkpoint and the log; cuts a torn tail.
+fn recover(dir: &Path, config: &FileConfig, direct: bool) -> Result<(State, RecoveryReport)> {
+    let mut report = RecoveryReport {
+        direct_io: direct,
+        ..Default::default()
+    };
+    let mut ids = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(|e| DeviceError::io("list device directory", e))? {
+        let e = e.map_err(|e| DeviceError::io("list device directory", e))?;
+        if let Some(id) = e.file_name().to_str().and_then(parse_segment_name) {
+            ids.push(id);
+        }
+    }
+    ids.sort_unstable();
+    report.segments = ids.len();
+    let ckpt = match std::fs::read(dir.join(CHECKPOINT_FILE)) {
+        Ok(b) => {
+            let c = decode_checkpoint(&b);
+            if c.is_none() {
+                tracing::warn!(dir = %dir.display(), "checkpoint invalid; replaying the whole log");
+            }
+            c
+        }
+        Err(_) => None,
+    };
+    let mut index: BTreeMap<Vec<u8>, Loc> = BTreeMap::new();
+    let mut tombs: HashMap<Vec<u8>, Loc> = HashMap::new();
+    let mut last_seq = 0;
+    let (replay_seg, replay_off) = match &ckpt {
+        Some(c) => {
+            report.checkpoint_used = true;
+            index.extend(c.entries.iter().cloned());
+            tombs.extend(c.tombstones.iter().cloned());
+            last_seq = c.seq;
+            (c.replay_segment, c.replay_offset)
+        }
+        None => (0, 0),
+    };
+    let mut segments = BTreeMap::new();
+    let mut tail: Option<(u64, Vec<u8>)> = None;
+    for (i, &id) in ids.iter().enumerate() {
+        let path = segment_path(dir, id);
+        let file =
+            open_file(&path, direct, false).map_err(|e| DeviceError::io("open segment", e))?;
+        let is_last = i + 1 == ids.len();
+        let mut end = file
+            .metadata()
+            .map_err(|e| DeviceError::io("stat segment", e))?
+            .len();
+        if id >= replay_seg {
+            let bytes = std::fs::read(&path).map_err(|e| DeviceError::io("read segment", e))?;
+            let start = if id == replay_seg {
+                replay_off as usize
+            } else {
+                0
+            };
+            let scan = scan_records(&bytes, start, last_seq, |off, rec| {
+                report.records_replayed += 1;
+                let loc = Loc::of(id, off as u64, &rec.header);
+                match rec.header.kind {
+                    RecordKind::Put => {
+                        tombs.remove(rec.key);
+                        index.insert(rec.key.to_vec(), loc);
+                    }
+                    RecordKind::Delete => {
+                        index.remove(rec.key);
+                        tombs.insert(rec.key.to_vec(), loc);
+                    }
+                }
+            });
+            last_seq = scan.last_seq;
+            if is_last {
+                end = scan.end as u64;
+                if (bytes.len() as u64) > end {
+                    if scan.garbage_after {
+                        report.torn_tail_bytes = bytes.len() as u64 - end;
+                        tracing::warn!(
+                            segment = id,
+                            offset = end,
+                            bytes = report.torn_tail_bytes,
+                            reason = scan.stop.map(|s| s.as_str()).unwrap_or("stale record"),
+                            "cutting torn log tail"
+                        );
+                    }
+                    file.set_len(end)
+                        .map_err(|e| DeviceError::io("truncate torn tail", e))?;
+                    file.sync_all()
+                        .map_err(|e| DeviceError::io("truncate torn tail", e))?;
+                }
+                tail = Some((id, bytes[align_down(end) as usize..end as usize].to_vec()));
+            } else if scan.garbage_after {
+                tracing::warn!(
+                    segment = id,
+                    offset = scan.end,
+                    "corruption inside a sealed segment; records after it are lost"
+                );
+                report.corrupt_segments.push(id);
+            }
+        }
+        segments.insert(
+            id,
+            Segment {
+                file: Arc::new(file),
+                path,
+                end,
+                live_bytes: 0,
+            },
+        );
+    }
+    // Entries whose segment was compacted away after the checkpoint are dead: compaction only
+    // deletes a segment once its live records are durable elsewhere, and replay saw those copies.
+    // A checkpoint entry past its segment's end cannot be right (a damaged or foreign
+    // checkpoint); dropping it keeps reads from ever chasing it.
+    let fits = |l: &Loc| {
+        segments
+            .get(&l.segment)
+            .is_some_and(|s: &Segment| l.offset + l.record_len() <= s.end)
+    };
+    index.retain(|_, l| fits(l));
+    tombs.retain(|_, l| fits(l));
+    let mut live_bytes = 0;
+    for l in index.values().chain(tombs.values()) {
+        let s = segments.get_mut(&l.segment).expect("retained");
+        s.live_bytes += l.record_len();
+        live_bytes += l.record_len();
+    }
+    let next_segment = ids.last().map_or(1, |l| l + 1);
+    let (active_seg, carry) = match tail {
+        Some(t) => t,
+        None => {
+            let id = next_segment;
+            let path = segment_path(dir, id);
+            let file =
+                open_file(&path, direct, true).map_err(|e| DeviceError::io("create segment", e))?;
+            sync_dir(dir)?;
+            segments.insert(
+                id,
+                Segment {
+                    file: Arc::new(file),
+                    path,
+                    end: 0,
+                    live_bytes: 0,
+                },
+            );
+            (id, Vec::new())
+        }
+    };
+    let seg = &segments[&active_seg];
+    let mut buf = AlignedBuf::new(config.write_buffer_bytes);
+    buf[..carry.len()].copy_from_slice(&carry);
+    let active = WriteBuf {
+        seg: active_seg,
+        file: seg.file.clone(),
+        base: align_down(seg.end),
+        len: carry.len(),
+        buf,
+        seal: false,
+        last_seq,
+    };
+    let used_bytes = segments.values().map(|s| s.end).sum();
+    let pos = (active_seg, seg.end);
+    let next_segment = next_segment.max(active_seg + 1);
+    Ok((
+        State {
+            index,
+            tombs,
+            segments,
+            active,
+            queued: VecDeque::new(),
+            spare: Vec::new(),
+            next_seq: last_seq + 1,
+            next_segment,
+            written_seq: last_seq,
+            durable_seq: last_seq,
+            sync_target: 0,
+            durable_pos: pos,
+            written_pos: pos,
+            unsynced_file: None,
+            used_bytes,
+            live_bytes,
+            appended_since_checkpoint: 0,
+            failed: None,
+            shutdown: false,
+            crashed: false,
+        },
+        report,
+    ))
+}
+
+impl FileDevice {
+    /// Opens (creating if needed) the device in directory `dir`, recovering its index.
+    pub fn open(dir: impl AsRef<Path>, config: FileConfig) -> Result<FileDevice> {
+        config.validate()?;
+        let dir = dir.as_ref().to_path_buf();
+        std::fs::create_dir_all(&dir).map_err(|e| DeviceError::io("create device directory", e))?;
+        let lock_file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(LOCK_FILE))
+            .map_err(|e| DeviceError::io("open lock file", e))?;
+        {
+            use std::os::fd::AsRawFd;
+            // SAFETY: flock on a valid, owned descriptor has no memory effects.
+            let rc = unsafe { libc::flock(lock_file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if rc != 0 {
+                return Err(DeviceError::io(
+                    "lock device directory",
+                    std::io::Error::last_os_error(),
+                ));
+            }
+        }
+        let probe = if config.direct_io {
+            probe_direct(&dir)
+        } else {
+            None
+        };
+        let direct = probe.is_some();
+        let read_align = probe.unwrap_or(ALIGN_BYTES as u64);
+        if config.direct_io && !direct {
+            tracing::warn!(dir = %dir.display(), "file system refuses O_DIRECT; using buffered I/O");
+        }
+        let (state, recovery) = recover(&dir, &config, direct)?;
+        let io_uring = config.io_uring;
+        let gate = QueueGate::new(config.queue_depth_max);
+        let shared = Arc::new(Shared {
+            config,
+            dir,
+            direct,
+            read_align,
+            state: Mutex::new(state),
+            flush_cv: Condvar::new(),
+            done_cv: Condvar::new(),
+            maint_cv: Condvar::new(),
+            space: tokio::sync::Notify::new(),
+            maint_lock: Mutex::new(()),
+            lock_file: Mutex::new(Some(lock_file)),
+        });
+        let spawn = |name: &str, f: fn(Arc<Shared>)| {
+            let sh = shared.clone();
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || f(sh))
+                .map_err(|e| DeviceError::io("spawn device thread", e))
+        };
+        let threads = vec![
+            spawn("rs-dev-flush", Shared::flusher)?,
+            spawn("rs-dev-maint", Shared::maintenance)?,
+        ];
+        let ring = if io_uring {
+            crate::uring::ReadRing::new(gate.depth_max())
+        } else {
+            None
+        };
+        if io_uring && ring.is_none() {
+            tracing::warn!("io_uring unavailable; reads use the blocking thread pool");
+        }
+        Ok(FileDevice {
+            shared,
+            ring,
+            gate,
+            recovery,
+            threads: Mutex::new(threads),
+        })
+    }
+
+    /// What opening the device found and repaired.
+    pub fn recovery(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+
+    /// Whether O_DIRECT is in use.
+    pub fn direct_io(&self) -> bool {
+        self.shared.direct
+    }
+
+    /// Whether reads go through io_uring.
+    pub fn io_uring(&self) -> bool {
+        self.ring.is_some()
+    }
+
+    /// The device directory.
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    /// `(segment id, offset)`: the log up to here is known durable. Bytes past it may be lost
+    /// or torn by a power failure (crash tests tear exactly there).
+    pub fn durable_position(&self) -> (u64, u64) {
+        self.shared.lock().durable_pos
+    }
+
+    /// Writes a checkpoint now (also done in the background and on close).
+    pub fn checkpoint_blocking(&self) -> Result<()> {
+        self.shared.checkpoint_blocking()
+    }
+
+    /// Simulates a process crash: buffered, unwritten records are dropped, nothing more is
+    /// written, no checkpoint is taken, and every later operation fails. A write already
+    /// handed to the OS may or may not complete, as in a real crash.
+    pub fn crash(&self) {
+        {
+            let mut st = self.shared.lock();
+            st.crashed = true;
+            st.shutdown = true;
+            st.failed = Some("crashed");
+            st.active.len = 0;
+        }
+        self.stop_threads();
+        self.release_lock();
+    }
+
+    fn release_lock(&self) {
+        self.shared
+            .lock_file
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+    }
+
+    fn stop_threads(&self) {
+        self.shared.space.notify_waiters();
+        self.shared.flush_cv.notify_all();
+        self.shared.maint_cv.notify_all();
+        self.shared.done_cv.notify_all();
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+
+    /// Flushes, syncs, checkpoints and stops the device's threads. Dropping the device does the
+    /// same; call this to see the error.
+    pub fn close_blocking(&self) -> Result<()> {
+        let already = self.shared.lock().shutdown;
+        if already {
+            return Ok(());
+        }
+        let r = self
+            .shared
+            .sync_blocking()
+            .and_then(|()| self.shared.checkpoint_blocking());
+        self.shared.lock().shutdown = true;
+        self.stop_threads();
+        self.shared.lock().failed.get_or_insert("closed");
+        self.release_lock();
+        r
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Shared) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let sh = self.shared.clone();
+        tokio::task::spawn_blocking(move || f(&sh))
+            .await
+            .map_err(|_| DeviceError::Failed {
+                reason: "device worker panicked",
+            })?
+    }
+}
+
+impl Drop for FileDevice {
+    fn drop(&mut self) {
+        if let Err(e) = self.close_blocking() {
+            tracing::warn!(error = %e, "closing file device");
+        }
+    }
+}
+
+#[async_trait]
+impl Device for FileDevice {
+    async fn store(&self, key: &[u8], value: &[u8], mode: StoreMode) -> Result<()> {
+        self.shared.config.limits.check(key, value)?;
+        let _slot = self.gate.enter().await;
+        loop {
+            // Registered before trying, so a flush finishing in between is not missed.
+            let space = self.shared.space.notified();
+            tokio::pin!(space);
+            space.as_mut().enable();
+            {
+                let mut st = self.shared.lock();
+                if self
+                    .shared
+                    .store_locked(&mut st, key, value, mode)?
+                    .is_some()
+                {
+                    return Ok(());
+                }
+                self.shared.flush_cv.notify_one();
+            }
+            // Buffers full: wait for the flusher without blocking the executor.
+            space.await;
+        }
+    }
+
+    async fn retrieve(&self, key: &[u8], range: ReadRange) -> Result<Retrieved> {
+        self.shared.config.limits.check_key(key)?;
+        let _slot = self.gate.enter().await;
+        match self.shared.locate(key, range)? {
+            Ok(r) => Ok(r),
+            Err((Some(file), loc)) if self.ring.is_some() && loc.value_len > 0 => {
+                let ring = self.ring.as_ref().expect("checked");
+                let align = self.shared.read_align;
+                let at = loc.value_offset();
+                let start = at / align * align;
+                let want = (at + loc.value_len as u64 - start) as usize;
+                let len = (want as u64).div_ceil(align) as usize * align as usize;
+                let (buf, n) = ring
+                    .read(&file, start, len)
+                    .await
+                    .map_err(|e| DeviceError::io("read record", e))?;
+                if n < want {
+                    return Err(DeviceError::Corrupt {
+                        location: format!("segment {} offset {}", loc.segment, loc.offset),
+                        reason: "record past end of file",
+                    });
+                }
+                let from = (at - start) as usize;
+                Shared::check_value(key, loc, &buf[from..from + loc.value_len as usize], range)
+            }
+            Err((file, loc)) => {
+                let key = key.to_vec();
+                self.blocking(move |sh| sh.read_record(&key, loc, file, range))
+                    .await
+            }
+        }
+    }
+
+    async fn delete(&self, key: &[u8], must_exist: bool) -> Result<bool> {
+        self.shared.config.limits.check_key(key)?;
+        let _slot = self.gate.enter().await;
+        loop {
+            let space = self.shared.space.notified();
+            tokio::pin!(space);
+            space.as_mut().enable();
+            {
+                let mut st = self.shared.lock();
+                if let Some(r) = self.shared.delete_locked(&mut st, key, must_exist)? {
+                    return Ok(r);
+                }
+                self.shared.flush_cv.notify_one();
+            }
+            space.await;
+        }
+    }
+
+    async fn exist(&self, keys: &[&[u8]]) -> Result<Vec<bool>> {
+        for k in keys {
+            self.shared.config.limits.check_key(k)?;
+        }
+        let _slot = self.gate.enter().await;
+        let st = self.shared.lock();
+        Shared::check_failed(&st)?;
+        Ok(keys.iter().map(|k| st.index.contains_key(*k)).collect())
+    }
+
+    async fn iterate(&self, req: &IterRequest) -> Result<IterBatch> {
+        let _slot = self.gate.enter().await;
+        let (keys, more) = {
+            let st = self.shared.lock();
+            Shared::check_failed(&st)?;
+            let (sel, more) = iter_range(&st.index, req);
+            (
+                sel.into_iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+                more,
+            )
+        };
+        if !req.with_values {
+            let entries = keys
+                .into_iter()
+                .map(|key| IterEntry { key, value: None })
+                .collect();
+            return Ok(IterBatch { entries, more });
+        }
+        self.blocking(move |sh| {
+            let mut entries = Vec::with_capacity(keys.len());
+            for key in keys {
+                // A key deleted since the listing is skipped, as if listed a moment later.
+                match sh.retrieve_blocking(&key, ReadRange::ALL) {
+                    Ok(r) => entries.push(IterEntry {
+                        key,
+                        value: Some(r.value),
+                    }),
+                    Err(DeviceError::KeyNotFound { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(IterBatch { entries, more })
+        })
+        .await
+    }
+
+    async fn info(&self) -> Result<DeviceInfo> {
+        let st = self.shared.lock();
+        Ok(DeviceInfo {
+            capacity_bytes: self.shared.config.capacity_bytes,
+            used_bytes: st.used_bytes,
+            live_bytes: st.live_bytes,
+            key_count: st.index.len() as u64,
+            limits: self.shared.config.limits,
+            optimal_value_bytes: 64 << 10,
+            queue_depth_max: self.gate.depth_max(),
+        })
+    }
+
+    async fn sync(&self) -> Result<()> {
+        {
+            let st = self.shared.lock();
+            Shared::check_failed(&st)?;
+            if st.durable_seq + 1 >= st.next_seq {
+                return Ok(());
+            }
+        }
+        self.blocking(|sh| sh.sync_blocking()).await
+    }
+
+    async fn compact(&self, budget_bytes: u64) -> Result<CompactStats> {
+        self.blocking(move |sh| sh.compact_blocking(budget_bytes, 0.0))
+            .await
+    }
+
+    fn limits(&self) -> Limits {
+        self.shared.config.limits
+    }
+}

@@ -1,0 +1,777 @@
+//! `sim`: an SSD timing model around any inner device (the inner device keeps the data).
+//!
+//! The model is a page-mapped flash translation layer over `channels × dies_per_channel` dies.
+//! Values occupy 4 KiB mapping units; units are gathered in a DRAM write buffer into 32 KiB
+//! program units ("pages") that are programmed round-robin over the dies. When a die runs low on
+//! free blocks, greedy garbage collection picks the block with the fewest valid units, relocates
+//! them (page reads + programs) and erases it, all while the die is blocked. Reads queue behind
+//! whatever the die is doing: that is where write-induced read stalls come from (Flash on Rails
+//! §3).
+//!
+//! Every die and channel is a timeline (`busy_until`); an operation's completion time is computed
+//! arithmetically when it is submitted, and the operation then waits once with
+//! `tokio::time::sleep_until`. Under a normal runtime that takes real time; under a
+//! current-thread runtime with a paused clock it takes virtual time, deterministically.
+//! CPU time of the host is not charged.
+
+use crate::api::{
+    CompactStats, Device, DeviceInfo, IterBatch, IterRequest, Limits, QueueGate, ReadRange,
+    Retrieved, StoreMode,
+};
+use crate::error::{DeviceError, Result};
+use crate::fasthash::FastMap;
+use async_trait::async_trait;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use tokio::time::{Duration, Instant};
+
+/// Parameters of the SSD model. Defaults approximate a modern TLC NVMe SSD; sources are in
+/// `docs/benchmarks/sim-ssd.md`.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Independent flash channels.
+    pub channels: usize,
+    /// Dies on each channel.
+    pub dies_per_channel: usize,
+    /// Program unit: bytes programmed at once on a die (multi-plane page).
+    pub page_bytes: u32,
+    /// Mapping granularity of the FTL.
+    pub unit_bytes: u32,
+    /// Program units per erase block.
+    pub pages_per_block: u32,
+    /// Bytes the host may store (logical capacity).
+    pub logical_bytes: u64,
+    /// Extra physical space as a fraction of the logical space.
+    pub over_provisioning: f64,
+    /// Reading one page into the die's register.
+    pub page_read_ns: u64,
+    /// Programming one page.
+    pub program_ns: u64,
+    /// Erasing one block.
+    pub erase_ns: u64,
+    /// Channel transfer rate.
+    pub channel_bytes_per_sec: u64,
+    /// DRAM write buffer; stores complete once their data is in it.
+    pub write_buffer_bytes: u64,
+    /// Garbage collection runs on a die when its free blocks drop below this.
+    pub gc_free_blocks_min: u32,
+    /// Program/erase suspend: a read waits this long instead of behind the whole program or
+    /// erase; `None` disables suspend.
+    pub suspend_ns: Option<u64>,
+    /// Controller and host interface overhead per command.
+    pub command_ns: u64,
+    /// Most commands in flight.
+    pub queue_depth_max: usize,
+    /// Tokio time per model time. tokio's timers tick in whole milliseconds, so a 50 µs page
+    /// read would round up to 1 ms; in virtual time set this to [`VIRTUAL_TIME_DILATION`]
+    /// (one model microsecond per tokio millisecond) and divide tokio durations by it. 1 in
+    /// real time, where delays below 1 ms round up to the timer tick.
+    pub time_dilation: u64,
+}
+
+/// Dilation for virtual-time runs: one model microsecond per tokio millisecond, so tokio's
+/// 1 ms timer resolution becomes 1 µs of model time.
+pub const VIRTUAL_TIME_DILATION: u64 = 1000;
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            channels: 8,
+            dies_per_channel: 4,
+            page_bytes: 32 << 10,
+            unit_bytes: 4 << 10,
+            pages_per_block: 64,
+            logical_bytes: 1 << 30,
+            over_provisioning: 0.07,
+            page_read_ns: 50_000,
+            program_ns: 500_000,
+            erase_ns: 3_000_000,
+            channel_bytes_per_sec: 1_200_000_000,
+            write_buffer_bytes: 4 << 20,
+            gc_free_blocks_min: 3,
+            suspend_ns: None,
+            command_ns: 2_000,
+            queue_depth_max: 128,
+            time_dilation: 1,
+        }
+    }
+}
+
+/// Counters of the model (for amplification and stall figures).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SimStats {
+    /// Pages programmed for host writes.
+    pub host_pages_programmed: u64,
+    /// Pages programmed to relocate valid data during GC.
+    pub gc_pages_programmed: u64,
+    /// Pages read for host reads.
+    pub pages_read: u64,
+    /// Blocks erased.
+    pub blocks_erased: u64,
+    /// GC runs.
+    pub gc_runs: u64,
+    /// Nanoseconds dies spent in GC, summed over dies.
+    pub gc_busy_ns: u64,
+    /// Stores that waited for write-buffer space.
+    pub buffer_stalls: u64,
+}
+
+impl SimStats {
+    /// Write amplification: all pages programmed / host pages programmed.
+    pub fn write_amplification(&self) -> f64 {
+        if self.host_pages_programmed == 0 {
+            return 1.0;
+        }
+        (self.host_pages_programmed + self.gc_pages_programmed) as f64
+            / self.host_pages_programmed as f64
+    }
+}
+
+const INVALID: u64 = u64::MAX;
+const NOT_PROGRAMMED: u64 = u64::MAX;
+
+/// Where a value's mapping units live; one unit needs no allocation.
+enum Extent {
+    One(u32),
+    Many(Box<[u32]>),
+}
+
+impl Extent {
+    fn units(&self) -> &[u32] {
+        match self {
+            Extent::One(p) => std::slice::from_ref(p),
+            Extent::Many(v) => v,
+        }
+    }
+    fn units_mut(&mut self) -> &mut [u32] {
+        match self {
+            Extent::One(p) => std::slice::from_mut(p),
+            Extent::Many(v) => v,
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Busy {
+    Read,
+    Write,
+}
+
+struct Die {
+    busy_until: u64,
+    busy: Busy,
+    free: Vec<u32>,
+    /// Open block for host data and the next unit in it.
+    host: (u32, u32),
+    /// Open block for GC relocations and the next unit in it.
+    gc: (u32, u32),
+    /// Valid units per block.
+    valid: Vec<u32>,
+}
+
+struct Model {
+    cfg: SimConfig,
+    epoch: Instant,
+    units_per_page: u32,
+    units_per_block: u32,
+    blocks_per_die: u32,
+    dies: Vec<Die>,
+    chan_busy: Vec<u64>,
+    /// Physical unit → (key id << 32 | unit index), or INVALID.
+    p2l: Vec<u64>,
+    /// Page → time its program completes (NOT_PROGRAMMED while in the write buffer).
+    prog_done: Vec<u64>,
+    ids: FastMap<Vec<u8>, u32>,
+    extents: Vec<Option<Extent>>,
+    free_ids: Vec<u32>,
+    next_die: usize,
+    /// Die whose host page is being filled, and units filled.
+    fill: Option<(usize, u32)>,
+    /// Pages handed to dies: (program completion, units freed from the buffer then).
+    buffer: VecDeque<(u64, u32)>,
+    buffer_units: u64,
+    buffer_units_max: u64,
+    logical_units_used: u64,
+    logical_units_max: u64,
+    stats: SimStats,
+}
+
+impl Model {
+    fn new(cfg: SimConfig) -> Result<Model> {
+        let bad = |m: &str| Err(DeviceError::Config(format!("sim: {m}")));
+        if cfg.unit_bytes == 0 || !cfg.page_bytes.is_multiple_of(cfg.unit_bytes) {
+            return bad("page_bytes must be a multiple of unit_bytes");
+        }
+        if cfg.channels == 0
+            || cfg.dies_per_channel == 0
+            || cfg.pages_per_block == 0
+            || cfg.time_dilation == 0
+        {
+            return bad("channels, dies, pages per block and time dilation must be positive");
+        }
+        let units_per_page = cfg.page_bytes / cfg.unit_bytes;
+        let units_per_block = units_per_page * cfg.pages_per_block;
+        let n_dies = cfg.channels * cfg.dies_per_channel;
+        let block_bytes = cfg.page_bytes as u64 * cfg.pages_per_block as u64;
+        let physical = (cfg.logical_bytes as f64 * (1.0 + cfg.over_provisioning)) as u64;
+        let blocks_per_die =
+            physical.div_ceil(block_bytes * n_dies as u64) as u32 + cfg.gc_free_blocks_min + 2;
+        if blocks_per_die < cfg.gc_free_blocks_min + 8 {
+            return bad("too few blocks per die; raise logical_bytes or lower pages_per_block");
+        }
+        let total_units = blocks_per_die as u64 * units_per_block as u64 * n_dies as u64;
+        if total_units > u32::MAX as u64 {
+            return bad("too many physical units for 32-bit addresses");
+        }
+        let dies = (0..n_dies)
+            .map(|_| Die {
+                busy_until: 0,
+                busy: Busy::Read,
+                free: (2..blocks_per_die).rev().collect(),
+                host: (0, 0),
+                gc: (1, 0),
+                valid: vec![0; blocks_per_die as usize],
+            })
+            .collect();
+        let buffer_units_max =
+            (cfg.write_buffer_bytes / cfg.unit_bytes as u64).max(units_per_page as u64);
+        Ok(Model {
+            epoch: Instant::now(),
+            units_per_page,
+            units_per_block,
+            blocks_per_die,
+            dies,
+            chan_busy: vec![0; cfg.channels],
+            p2l: vec![INVALID; total_units as usize],
+            prog_done: vec![NOT_PROGRAMMED; (total_units / units_per_page as u64) as usize],
+            ids: FastMap::default(),
+            extents: Vec::new(),
+            free_ids: Vec::new(),
+            next_die: 0,
+            fill: None,
+            buffer: VecDeque::new(),
+            buffer_units: 0,
+            buffer_units_max,
+            logical_units_used: 0,
+            logical_units_max: cfg.logical_bytes / cfg.unit_bytes as u64,
+            stats: SimStats::default(),
+            cfg,
+        })
+    }
+
+    fn now(&self) -> u64 {
+        Instant::now()
+            .saturating_duration_since(self.epoch)
+            .as_nanos() as u64
+            / self.cfg.time_dilation
+    }
+
+    fn units_for(&self, value_len: usize) -> u64 {
+        (value_len as u64)
+            .div_ceil(self.cfg.unit_bytes as u64)
+            .max(1)
+    }
+
+    fn ppn(&self, die: usize, block: u32, unit: u32) -> u32 {
+        ((die as u64 * self.blocks_per_die as u64 + block as u64) * self.units_per_block as u64
+            + unit as u64) as u32
+    }
+
+    fn die_block(&self, ppn: u32) -> (usize, u32) {
+        let b = ppn / self.units_per_block;
+        ((b / self.blocks_per_die) as usize, b % self.blocks_per_die)
+    }
+
+    fn xfer_ns(&self, bytes: u64) -> u64 {
+        bytes * 1_000_000_000 / self.cfg.channel_bytes_per_sec.max(1)
+    }
+
+    fn invalidate(&mut self, ppn: u32) {
+        self.p2l[ppn as usize] = INVALID;
+        let (d, b) = self.die_block(ppn);
+        self.dies[d].valid[b as usize] -= 1;
+    }
+
+    /// Schedules a page program on `die` at or after `now`; returns its completion.
+    fn program(&mut self, die: usize, page: u32, now: u64) -> u64 {
+        let ch = die % self.cfg.channels;
+        let xfer = self.xfer_ns(self.cfg.page_bytes as u64);
+        let t_in = self.chan_busy[ch].max(now) + xfer;
+        self.chan_busy[ch] = t_in;
+        let d = &mut self.dies[die];
+        let done = d.busy_until.max(t_in) + self.cfg.program_ns;
+        d.busy_until = done;
+        d.busy = Busy::Write;
+        self.prog_done[page as usize] = done;
+        done
+    }
+
+    /// Takes a free block on `die`, collecting garbage first if free blocks run low.
+    fn take_block(&mut self, die: usize, now: u64) -> u32 {
+        while (self.dies[die].free.len() as u32) < self.cfg.gc_free_blocks_min {
+            if !self.gc(die, now) {
+                break;
+            }
+        }
+        self.dies[die]
+            .free
+            .pop()
+            .expect("sim die out of free blocks: over-provisioning too small")
+    }
+
+    /// One greedy GC step on `die`: relocate the valid units of the block with fewest valid
+    /// units into the GC block, then erase it. Blocks the die throughout.
+    fn gc(&mut self, die: usize, now: u64) -> bool {
+        let d = &self.dies[die];
+        let victim = (0..self.blocks_per_die)
+            .filter(|&b| b != d.host.0 && b != d.gc.0 && !d.free.contains(&b))
+            .min_by_key(|&b| d.valid[b as usize]);
+        let Some(victim) = victim else { return false };
+        if d.valid[victim as usize] >= self.units_per_block {
+            return false;
+        }
+        self.stats.gc_runs += 1;
+        let start = self.dies[die].busy_until.max(now);
+        let mut t = start;
+        let mut pages_read = 0u32;
+        let mut last_page = u32::MAX;
+        for u in 0..self.units_per_block {
+            let src = self.ppn(die, victim, u);
+            let owner = self.p2l[src as usize];
+            if owner == INVALID {
+                continue;
+            }
+            let page = src / self.units_per_page;
+            if page != last_page {
+                last_page = page;
+                pages_read += 1;
+            }
+            // Destination in the die's GC block; a full GC block takes a fresh free block.
+            if self.dies[die].gc.1 == self.units_per_block {
+                let b = self.dies[die]
+                    .free
+                    .pop()
+                    .expect("sim: no free block for GC");
+                self.dies[die].gc = (b, 0);
+            }
+            let (gb, gu) = self.dies[die].gc;
+            let dst = self.ppn(die, gb, gu);
+            self.dies[die].gc.1 += 1;
+            self.p2l[dst as usize] = owner;
+            self.p2l[src as usize] = INVALID;
+            self.dies[die].valid[gb as usize] += 1;
+            self.dies[die].valid[victim as usize] -= 1;
+            let (id, idx) = ((owner >> 32) as usize, (owner & 0xffff_ffff) as usize);
+            if let Some(e) = self.extents[id].as_mut() {
+                e.units_mut()[idx] = dst;
+            }
+            if (gu + 1) % self.units_per_page == 0 {
+                t += self.cfg.program_ns;
+                self.prog_done[(dst / self.units_per_page) as usize] = t;
+                self.stats.gc_pages_programmed += 1;
+            }
+        }
+        t += pages_read as u64 * self.cfg.page_read_ns + self.cfg.erase_ns;
+        // Partly filled GC pages are readable once this GC finishes.
+        let (gb, gu) = self.dies[die].gc;
+        if gu % self.units_per_page != 0 {
+            let page = self.ppn(die, gb, gu - 1) / self.units_per_page;
+            self.prog_done[page as usize] = t;
+        }
+        let first = self.ppn(die, victim, 0) / self.units_per_page;
+        for p in first..first + self.cfg.pages_per_block {
+            self.prog_done[p as usize] = NOT_PROGRAMMED;
+        }
+        self.stats.blocks_erased += 1;
+        self.stats.gc_busy_ns += t - start;
+        let d = &mut self.dies[die];
+        d.busy_until = t;
+        d.busy = Busy::Write;
+        d.free.push(victim);
+        d.valid[victim as usize] = 0;
+        true
+    }
+
+    /// Allocates one host unit in the page being filled; programs the page when it is full.
+    fn alloc_unit(&mut self, now: u64) -> u32 {
+        let (die, filled) = match self.fill {
+            Some(f) => f,
+            None => {
+                let die = self.next_die;
+                self.next_die = (self.next_die + 1) % self.dies.len();
+                if self.dies[die].host.1 == self.units_per_block {
+                    let b = self.take_block(die, now);
+                    self.dies[die].host = (b, 0);
+                }
+                (die, 0)
+            }
+        };
+        let (b, u) = self.dies[die].host;
+        let ppn = self.ppn(die, b, u);
+        self.dies[die].host.1 += 1;
+        self.dies[die].valid[b as usize] += 1;
+        let filled = filled + 1;
+        if filled == self.units_per_page {
+            let done = self.program(die, ppn / self.units_per_page, now);
+            self.buffer.push_back((done, self.units_per_page));
+            self.stats.host_pages_programmed += 1;
+            self.fill = None;
+        } else {
+            self.fill = Some((die, filled));
+        }
+        ppn
+    }
+
+    /// Time at which `units` more fit in the write buffer.
+    fn admit(&mut self, units: u64, now: u64) -> u64 {
+        let mut at = now;
+        while let Some(&(done, n)) = self.buffer.front() {
+            if done <= now || self.buffer_units + units > self.buffer_units_max {
+                at = at.max(done);
+                self.buffer_units -= n as u64;
+                self.buffer.pop_front();
+            } else {
+                break;
+            }
+        }
+        if at > now {
+            self.stats.buffer_stalls += 1;
+        }
+        self.buffer_units += units;
+        at
+    }
+
+    fn id_of(&mut self, key: &[u8]) -> u32 {
+        if let Some(&id) = self.ids.get(key) {
+            return id;
+        }
+        let id = self.free_ids.pop().unwrap_or_else(|| {
+            self.extents.push(None);
+            (self.extents.len() - 1) as u32
+        });
+        self.ids.insert(key.to_vec(), id);
+        id
+    }
+
+    fn remove(&mut self, key: &[u8]) {
+        if let Some(id) = self.ids.remove(key) {
+            if let Some(e) = self.extents[id as usize].take() {
+                self.logical_units_used -= e.units().len() as u64;
+                for &p in e.units() {
+                    self.invalidate(p);
+                }
+            }
+            self.free_ids.push(id);
+        }
+    }
+
+    /// Checks that a store of `value_len` bytes under `key` fits the logical space.
+    fn check_space(&self, key: &[u8], value_len: usize) -> Result<()> {
+        let old = self
+            .ids
+            .get(key)
+            .and_then(|&id| self.extents[id as usize].as_ref())
+            .map_or(0, |e| e.units().len() as u64);
+        let need = self.units_for(value_len);
+        if self.logical_units_used - old + need > self.logical_units_max {
+            let unit = self.cfg.unit_bytes as u64;
+            return Err(DeviceError::Capacity {
+                needed: need * unit,
+                available: (self.logical_units_max - self.logical_units_used) * unit,
+            });
+        }
+        Ok(())
+    }
+
+    /// Records a store; returns its completion time.
+    fn store(&mut self, key: &[u8], value_len: usize, now: u64) -> u64 {
+        self.remove(key);
+        let n = self.units_for(value_len);
+        let at = self.admit(n, now);
+        let id = self.id_of(key);
+        let extent = if n == 1 {
+            let p = self.alloc_unit(at);
+            self.p2l[p as usize] = (id as u64) << 32;
+            Extent::One(p)
+        } else {
+            let mut v = Vec::with_capacity(n as usize);
+            for i in 0..n {
+                let p = self.alloc_unit(at);
+                self.p2l[p as usize] = (id as u64) << 32 | i;
+                v.push(p);
+            }
+            Extent::Many(v.into_boxed_slice())
+        };
+        self.extents[id as usize] = Some(extent);
+        self.logical_units_used += n;
+        at + self.cfg.command_ns + self.xfer_ns(value_len as u64)
+    }
+
+    /// Records a read of value bytes `[start, end)`; returns its completion time.
+    fn read(&mut self, key: &[u8], start: u64, end: u64, now: u64) -> u64 {
+        let Some(&id) = self.ids.get(key) else {
+            return now + self.cfg.command_ns;
+        };
+        let n = self.extents[id as usize]
+            .as_ref()
+            .map_or(0, |e| e.units().len() as u64);
+        let unit = self.cfg.unit_bytes as u64;
+        let (first, last) = (start / unit, end.saturating_sub(1).max(start) / unit);
+        let mut done = now;
+        let mut last_page = u32::MAX;
+        for i in first..=last.min(n.saturating_sub(1)) {
+            let ppn = match self.extents[id as usize].as_ref() {
+                Some(e) => e.units()[i as usize],
+                None => break,
+            };
+            let page = ppn / self.units_per_page;
+            if page == last_page {
+                continue;
+            }
+            last_page = page;
+            if self.prog_done[page as usize] > now {
+                // Still in the DRAM write buffer (or being programmed): served from DRAM.
+                continue;
+            }
+            let (die, _) = self.die_block(ppn);
+            let ch = die % self.cfg.channels;
+            let d = &mut self.dies[die];
+            let read_start = match self.cfg.suspend_ns {
+                Some(s) if d.busy == Busy::Write && d.busy_until > now => {
+                    // Suspend the program/erase: the read goes first, the write resumes later.
+                    d.busy_until += s + self.cfg.page_read_ns;
+                    now + s
+                }
+                _ => {
+                    let t = d.busy_until.max(now);
+                    d.busy_until = t + self.cfg.page_read_ns;
+                    d.busy = Busy::Read;
+                    t
+                }
+            };
+            let read_done = read_start + self.cfg.page_read_ns;
+            let bytes = ((i + 1) * unit).min(end) - (i * unit).max(start);
+            let xfer = self.xfer_ns(bytes.max(1));
+            let t = self.chan_busy[ch].max(read_done) + xfer;
+            self.chan_busy[ch] = t;
+            self.stats.pages_read += 1;
+            done = done.max(t);
+        }
+        done + self.cfg.command_ns + self.xfer_ns(end - start)
+    }
+}
+
+/// A simulated SSD: `inner` keeps the data, the model decides how long each operation takes.
+pub struct SimDevice {
+    inner: Arc<dyn Device>,
+    model: Mutex<Model>,
+    gate: QueueGate,
+    logical_bytes: u64,
+}
+
+impl SimDevice {
+    /// Wraps `inner` with the timing model. Call inside a tokio runtime (the model's clock
+    /// starts now).
+    pub fn new(inner: Arc<dyn Device>, config: SimConfig) -> Result<SimDevice> {
+        let gate = QueueGate::new(config.queue_depth_max);
+        let logical_bytes = config.logical_bytes;
+        Ok(SimDevice {
+            inner,
+            model: Mutex::new(Model::new(config)?),
+            gate,
+            logical_bytes,
+        })
+    }
+
+    fn model(&self) -> std::sync::MutexGuard<'_, Model> {
+        self.model.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The model's counters.
+    pub fn stats(&self) -> SimStats {
+        self.model().stats
+    }
+
+    /// The model's configuration.
+    pub fn config(&self) -> SimConfig {
+        self.model().cfg.clone()
+    }
+
+    /// Waits until every die and channel is idle (the write buffer programmed, GC finished),
+    /// e.g. between preconditioning and a measurement.
+    pub async fn drain(&self) {
+        let done = {
+            let m = self.model();
+            m.dies
+                .iter()
+                .map(|d| d.busy_until)
+                .chain(m.chan_busy.iter().copied())
+                .max()
+                .unwrap_or(0)
+        };
+        self.wait(done).await;
+    }
+
+    async fn wait(&self, done: u64) {
+        let (epoch, dilation) = {
+            let m = self.model();
+            (m.epoch, m.cfg.time_dilation)
+        };
+        tokio::time::sleep_until(epoch + Duration::from_nanos(done.saturating_mul(dilation))).await;
+    }
+}
+
+#[async_trait]
+impl Device for SimDevice {
+    async fn store(&self, key: &[u8], value: &[u8], mode: StoreMode) -> Result<()> {
+        let _slot = self.gate.enter().await;
+        self.model().check_space(key, value.len())?;
+        self.inner.store(key, value, mode).await?;
+        let done = {
+            let mut m = self.model();
+            let now = m.now();
+            m.store(key, value.len(), now)
+        };
+        self.wait(done).await;
+        Ok(())
+    }
+
+    async fn retrieve(&self, key: &[u8], range: ReadRange) -> Result<Retrieved> {
+        let _slot = self.gate.enter().await;
+        let r = self.inner.retrieve(key, range).await?;
+        let done = {
+            let mut m = self.model();
+            let now = m.now();
+            let start = range.offset;
+            m.read(key, start, start + r.value.len() as u64, now)
+        };
+        self.wait(done).await;
+        Ok(r)
+    }
+
+    async fn delete(&self, key: &[u8], must_exist: bool) -> Result<bool> {
+        let _slot = self.gate.enter().await;
+        let existed = self.inner.delete(key, must_exist).await?;
+        let done = {
+            let mut m = self.model();
+            m.remove(key);
+            m.now() + m.cfg.command_ns
+        };
+        self.wait(done).await;
+        Ok(existed)
+    }
+
+    async fn exist(&self, keys: &[&[u8]]) -> Result<Vec<bool>> {
+        let _slot = self.gate.enter().await;
+        let r = self.inner.exist(keys).await?;
+        let done = {
+            let m = self.model();
+            m.now() + m.cfg.command_ns
+        };
+        self.wait(done).await;
+        Ok(r)
+    }
+
+    async fn iterate(&self, req: &IterRequest) -> Result<IterBatch> {
+        let _slot = self.gate.enter().await;
+        let b = self.inner.iterate(req).await?;
+        let done = {
+            let mut m = self.model();
+            let now = m.now();
+            let mut done = now + m.cfg.command_ns;
+            if req.with_values {
+                for e in &b.entries {
+                    let len = e.value.as_ref().map_or(0, |v| v.len() as u64);
+                    done = done.max(m.read(&e.key, 0, len, now));
+                }
+            }
+            done
+        };
+        self.wait(done).await;
+        Ok(b)
+    }
+
+    async fn info(&self) -> Result<DeviceInfo> {
+        let mut i = self.inner.info().await?;
+        let m = self.model();
+        i.capacity_bytes = self.logical_bytes;
+        i.used_bytes = m.logical_units_used * m.cfg.unit_bytes as u64;
+        i.optimal_value_bytes = m.cfg.page_bytes as u64;
+        i.queue_depth_max = self.gate.depth_max();
+        Ok(i)
+    }
+
+    async fn sync(&self) -> Result<()> {
+        // The write buffer is taken as power-loss protected (capacitors), as on enterprise SSDs.
+        self.inner.sync().await?;
+        let done = {
+            let m = self.model();
+            m.now() + m.cfg.command_ns
+        };
+        self.wait(done).await;
+        Ok(())
+    }
+
+    async fn compact(&self, budget_bytes: u64) -> Result<CompactStats> {
+        self.inner.compact(budget_bytes).await
+    }
+
+    fn limits(&self) -> Limits {
+        self.inner.limits()
+    }
+}
+
+/// Fills a device with `key_count` values of `value_bytes` (keys are 8-byte big-endian
+/// numbers), then overwrites `overwrites` random keys, with `concurrency` operations in flight:
+/// the SSD preconditioning before a measurement, so garbage collection is in steady state.
+pub async fn precondition(
+    dev: Arc<dyn Device>,
+    key_count: u64,
+    value_bytes: usize,
+    overwrites: u64,
+    concurrency: usize,
+    seed: u64,
+) -> Result<()> {
+    use rand::{Rng, SeedableRng};
+    let value: Arc<[u8]> = (0..value_bytes)
+        .map(|i| (i * 31 + 7) as u8)
+        .collect::<Vec<_>>()
+        .into();
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for t in 0..concurrency.max(1) {
+        let (dev, value, next) = (dev.clone(), value.clone(), next.clone());
+        tasks.spawn(async move {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ (t as u64) << 32);
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= key_count + overwrites {
+                    return Ok::<(), DeviceError>(());
+                }
+                let k = if i < key_count {
+                    i
+                } else {
+                    rng.gen_range(0..key_count)
+                };
+                dev.store(&k.to_be_bytes(), &value, StoreMode::Upsert)
+                    .await?;
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.map_err(|_| DeviceError::Failed {
+            reason: "precondition task panicked",
+        })??;
+    }
+    Ok(())
+}
+
+/// A current-thread tokio runtime with its clock paused: timers take virtual time, which
+/// advances whenever every task waits, so simulated hours take seconds and runs repeat exactly
+/// (DESIGN §4). The same device code runs under a normal runtime in real time.
+pub fn virtual_time_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+}

@@ -1,0 +1,221 @@
+//! Committed on-disk images of the `file` backend (`tests/fixtures/`), valid and corrupt, read
+//! back with their exact expected contents. `RAILSTORE_WRITE_FIXTURES=1 cargo test -p
+//! railstore-device --test fixtures` regenerates them (only when the format changes on purpose;
+//! bump the format version then).
+
+use railstore_device::format::{decode_record, scan_records, RecordKind, RECORD_HEADER_BYTES};
+use railstore_device::*;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+const SEGMENT: &str = "seg-0000000001.log";
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed))
+        .collect()
+}
+
+fn config() -> FileConfig {
+    FileConfig {
+        compaction: CompactionPolicy::Manual,
+        ..Default::default()
+    }
+}
+
+/// The operations the valid image holds, in order.
+async fn write_valid(dir: &Path) {
+    let dev = FileDevice::open(dir, config()).unwrap();
+    dev.store(b"alpha", b"first value", StoreMode::Upsert)
+        .await
+        .unwrap();
+    dev.store(b"beta", &pattern(300, 1), StoreMode::Upsert)
+        .await
+        .unwrap();
+    dev.store(b"gamma", b"g", StoreMode::InsertOnly)
+        .await
+        .unwrap();
+    dev.delete(b"beta", true).await.unwrap();
+    dev.store(b"alpha", b"second value", StoreMode::UpdateOnly)
+        .await
+        .unwrap();
+    dev.store(b"delta", &pattern(5000, 2), StoreMode::Upsert)
+        .await
+        .unwrap();
+    dev.sync().await.unwrap();
+    dev.close_blocking().unwrap();
+}
+
+fn expect_valid() -> BTreeMap<Vec<u8>, Vec<u8>> {
+    [
+        (b"alpha".to_vec(), b"second value".to_vec()),
+        (b"delta".to_vec(), pattern(5000, 2)),
+        (b"gamma".to_vec(), b"g".to_vec()),
+    ]
+    .into()
+}
+
+/// Offsets of the records in the valid segment.
+fn offsets(seg: &[u8]) -> Vec<usize> {
+    let mut v = vec![];
+    scan_records(seg, 0, 0, |off, _| v.push(off));
+    v
+}
+
+async fn generate() {
+    let root = fixtures();
+    let _ = std::fs::remove_dir_all(&root);
+    let valid = root.join("valid");
+    write_valid(&valid).await;
+    std::fs::remove_file(valid.join("LOCK")).unwrap();
+    let seg = std::fs::read(valid.join(SEGMENT)).unwrap();
+    let ckpt = std::fs::read(valid.join("checkpoint")).unwrap();
+    let offs = offsets(&seg);
+    let end = scan_records(&seg, 0, 0, |_, _| {}).end;
+    let put = |name: &str, seg: &[u8], ckpt: Option<&[u8]>| {
+        let d = root.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join(SEGMENT), seg).unwrap();
+        if let Some(c) = ckpt {
+            std::fs::write(d.join("checkpoint"), c).unwrap();
+        }
+    };
+    put("no-checkpoint", &seg, None);
+    // A torn append: the header and half of a new record's value, then nothing.
+    let mut torn = seg[..end].to_vec();
+    let mut rec = vec![0u8; format::record_len(4, 1000)];
+    format::encode_record(&mut rec, RecordKind::Put, 7, b"torn", &pattern(1000, 3), 0);
+    torn.extend_from_slice(&rec[..RECORD_HEADER_BYTES + 500]);
+    put("torn-tail", &torn, Some(&ckpt));
+    // A flipped bit inside gamma's record (the third): everything from there on is cut.
+    let mut bad = seg.clone();
+    bad[offs[2] + RECORD_HEADER_BYTES + 2] ^= 0x01;
+    put("bad-record-crc", &bad, None);
+    // A flipped bit in the checkpoint: it is ignored and the log replayed.
+    let mut bad_ckpt = ckpt.clone();
+    bad_ckpt[20] ^= 0x80;
+    put("bad-checkpoint", &seg, Some(&bad_ckpt));
+}
+
+/// Opens a copy of a fixture (opening repairs in place) and returns its contents.
+async fn open_copy(name: &str) -> (BTreeMap<Vec<u8>, Vec<u8>>, RecoveryReport) {
+    let tmp = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(fixtures().join(name)).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), tmp.path().join(e.file_name())).unwrap();
+    }
+    let dev = FileDevice::open(tmp.path(), config()).unwrap();
+    let all = iterate_all(&dev, b"", true).await.unwrap();
+    let report = dev.recovery().clone();
+    dev.close_blocking().unwrap();
+    // Reopening the repaired copy gives the same contents.
+    let again = FileDevice::open(tmp.path(), config()).unwrap();
+    assert_eq!(
+        iterate_all(&again, b"", true).await.unwrap(),
+        all,
+        "{name}: stable after repair"
+    );
+    (
+        all.into_iter().map(|e| (e.key, e.value.unwrap())).collect(),
+        report,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixtures_decode_to_expected_contents() {
+    if std::env::var("RAILSTORE_WRITE_FIXTURES").is_ok() {
+        generate().await;
+    }
+    let (valid, r) = open_copy("valid").await;
+    assert_eq!(valid, expect_valid());
+    assert!(
+        r.checkpoint_used && r.torn_tail_bytes == 0 && r.records_replayed == 0,
+        "{r:?}"
+    );
+
+    let (replayed, r) = open_copy("no-checkpoint").await;
+    assert_eq!(replayed, expect_valid());
+    assert!(!r.checkpoint_used && r.records_replayed == 6, "{r:?}");
+
+    let (torn, r) = open_copy("torn-tail").await;
+    assert_eq!(torn, expect_valid(), "torn record never appears");
+    assert_eq!(
+        r.torn_tail_bytes,
+        (RECORD_HEADER_BYTES + 500) as u64,
+        "{r:?}"
+    );
+
+    let (bad, r) = open_copy("bad-record-crc").await;
+    let expect: BTreeMap<_, _> = [
+        (b"alpha".to_vec(), b"first value".to_vec()),
+        (b"beta".to_vec(), pattern(300, 1)),
+    ]
+    .into();
+    assert_eq!(bad, expect, "records from the corrupt one on are cut");
+    assert!(r.torn_tail_bytes > 0 && r.records_replayed == 2, "{r:?}");
+
+    let (ckpt, r) = open_copy("bad-checkpoint").await;
+    assert_eq!(ckpt, expect_valid());
+    assert!(!r.checkpoint_used && r.records_replayed == 6, "{r:?}");
+}
+
+#[test]
+fn valid_segment_bytes_parse_record_by_record() {
+    let seg = std::fs::read(fixtures().join("valid").join(SEGMENT)).unwrap();
+    let mut recs = vec![];
+    let end = scan_records(&seg, 0, 0, |off, r| {
+        recs.push((
+            off,
+            r.header.kind,
+            r.header.seq,
+            r.key.to_vec(),
+            r.value.len(),
+        ))
+    });
+    let names: Vec<(RecordKind, u64, &[u8], usize)> = recs
+        .iter()
+        .map(|(_, k, s, key, n)| (*k, *s, key.as_slice(), *n))
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            (RecordKind::Put, 1, &b"alpha"[..], 11),
+            (RecordKind::Put, 2, &b"beta"[..], 300),
+            (RecordKind::Put, 3, &b"gamma"[..], 1),
+            (RecordKind::Delete, 4, &b"beta"[..], 0),
+            (RecordKind::Put, 5, &b"alpha"[..], 12),
+            (RecordKind::Put, 6, &b"delta"[..], 5000),
+        ]
+    );
+    // Packed back to back: each record starts where the previous one ends; only the 5000-byte
+    // value is padded, so that it starts on a 512-byte boundary.
+    assert_eq!(recs[1].0, format::record_len(5, 11));
+    let mut at = 0;
+    for (off, _, _, key, n) in &recs {
+        assert_eq!(*off, at);
+        let pad = format::value_pad(at as u64, key.len(), *n) as usize;
+        assert_eq!(pad > 0, *n >= 4096);
+        if *n >= 4096 {
+            assert_eq!(
+                (at + format::RECORD_HEADER_BYTES + key.len() + pad) % 512,
+                0
+            );
+        }
+        at += format::record_len(key.len(), *n) + pad;
+    }
+    assert_eq!(end.end, at);
+    assert!(!end.garbage_after && seg.len().is_multiple_of(4096));
+    // The first record, byte by byte as docs/format.md describes it.
+    assert_eq!(&seg[0..4], b"RSRD");
+    assert_eq!(seg[4], 1);
+    assert_eq!(seg[5], 1);
+    assert_eq!(&seg[6..8], &5u16.to_le_bytes());
+    assert_eq!(&seg[8..12], &11u32.to_le_bytes());
+    assert_eq!(&seg[16..24], &1u64.to_le_bytes());
+    assert_eq!(&seg[32..37], b"alpha");
+    assert_eq!(decode_record(&seg).unwrap().value, b"first value");
+}
