@@ -35,7 +35,7 @@ pub fn ensure_font() -> Result<()> {
 }
 
 /// Line colours that stay distinct on white.
-const COLORS: [RGBColor; 8] = [
+const COLORS: [RGBColor; 12] = [
     RGBColor(31, 119, 180),
     RGBColor(214, 39, 40),
     RGBColor(44, 160, 44),
@@ -44,6 +44,10 @@ const COLORS: [RGBColor; 8] = [
     RGBColor(140, 86, 75),
     RGBColor(0, 0, 0),
     RGBColor(23, 190, 207),
+    RGBColor(188, 189, 34),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(0, 0, 128),
 ];
 
 /// One named line of (x, y) points.
@@ -164,7 +168,11 @@ impl Chart<'_> {
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .label_font(("sans-serif", 14))
-            .position(SeriesLabelPosition::UpperLeft)
+            // Throughput rises with chunk size and falls with k: keep the legend off the lines.
+            .position(match self.x_axis {
+                XAxis::Linear => SeriesLabelPosition::UpperRight,
+                _ => SeriesLabelPosition::UpperLeft,
+            })
             .draw()
             .map_err(err)?;
         root.present().map_err(err)?;
