@@ -589,7 +589,7 @@ fn write_outputs(
             written.push(p);
         }
     }
-    let summary = summary_markdown(args, plan, rows, counters_missing);
+    let summary = summary_markdown(plan, rows, counters_missing);
     let summary_path = args.out.join("summary.md");
     std::fs::write(&summary_path, &summary)?;
     written.push(summary_path);
@@ -607,13 +607,8 @@ fn write_outputs(
     Ok(())
 }
 
-/// Markdown: the command, the machine, the railstore-vs-ISA-L ratios and the k = m sweep.
-fn summary_markdown(
-    args: &EcBenchArgs,
-    plan: &Plan,
-    rows: &[Row],
-    counters_missing: Option<&str>,
-) -> String {
+/// Markdown: the command, the machine, railstore's pick, its ratios to ISA-L and the k = m sweep.
+fn summary_markdown(plan: &Plan, rows: &[Row], counters_missing: Option<&str>) -> String {
     let mut s = String::new();
     let cmd: Vec<String> = std::env::args().collect();
     let _ = writeln!(s, "## ec-bench results\n");
@@ -637,7 +632,7 @@ fn summary_markdown(
     };
     let ours = by_key(best);
     let isal = by_key("isal");
-    if !isal.is_empty() && !ours.is_empty() && !args.no_plots | args.no_plots {
+    if !isal.is_empty() && !ours.is_empty() {
         let _ = writeln!(
             s,
             "\n### {best} (railstore's pick) against ISA-L, user-data GB/s\n\n\
@@ -658,6 +653,31 @@ fn summary_markdown(
                     g / i
                 );
             }
+        }
+    }
+    let picked: Vec<&Row> = rows.iter().filter(|r| r.engine == best).collect();
+    if !picked.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n### {best} (railstore's pick)\n\n\
+             | op | code | chunk | threads | GB/s | Thr MB/s | norm MB/s | p50 us | p99 us |\n\
+             |---|---|---|---|---|---|---|---|---|"
+        );
+        for r in picked {
+            let _ = writeln!(
+                s,
+                "| {} | RS({},{}) | {} | {} | {:.2} | {:.0} | {:.0} | {:.2} | {:.2} |",
+                r.op,
+                r.k,
+                r.m,
+                human_bytes(r.chunk as u64),
+                r.threads,
+                r.data_gbps,
+                r.thr_mbps,
+                r.norm_thr_mbps,
+                r.lat_p50_us,
+                r.lat_p99_us
+            );
         }
     }
     let km: Vec<&Row> = rows
