@@ -5,7 +5,7 @@
 //! optional ISA-L) only decides how fast they are computed. [`Codec`] binds a code to an engine
 //! and a thread count and offers encode, reconstruct (any pattern of up to m missing shards),
 //! reconstruct-data-only, verify and parity delta update, all on caller-provided buffers.
-//! Shards may have any length and any alignment, so there is no alignment error to get wrong;
+//! Shards may have any length and any alignment (no call fails for alignment);
 //! 64-byte-aligned buffers run fastest (a split cache line costs a second load).
 //!
 //! ```
