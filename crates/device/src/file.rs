@@ -873,13 +873,18 @@ impl Shared {
             self.sync_blocking()?;
             {
                 let mut st = self.lock();
+                let live = st.segments.get(&id).expect("victim segment").live_bytes;
+                if live != 0 {
+                    // The scan stopped at a record it could not parse, and live records lie
+                    // behind it: keep the segment (the index still reads them) rather than
+                    // delete data that is intact.
+                    return Err(DeviceError::Corrupt {
+                        location: path.display().to_string(),
+                        reason: "an unreadable record hides live ones; segment kept",
+                    });
+                }
                 let seg = st.segments.remove(&id).expect("victim segment");
-                debug_assert_eq!(
-                    seg.live_bytes, 0,
-                    "live records left in compacted segment {id}"
-                );
                 st.used_bytes -= seg.end;
-                st.live_bytes -= seg.live_bytes;
             }
             std::fs::remove_file(&path).map_err(|e| DeviceError::io("remove segment", e))?;
             sync_dir(&self.dir)?;
