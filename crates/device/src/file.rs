@@ -1271,9 +1271,15 @@ impl FileDevice {
             .shared
             .sync_blocking()
             .and_then(|()| self.shared.checkpoint_blocking());
-        self.shared.lock().shutdown = true;
+        {
+            // Failed before the threads are joined: a background compaction waiting in
+            // `sync_blocking`, or appending copies, sees it and stops instead of waiting for a
+            // flusher that has already exited.
+            let mut st = self.shared.lock();
+            st.shutdown = true;
+            st.failed.get_or_insert("closed");
+        }
         self.stop_threads();
-        self.shared.lock().failed.get_or_insert("closed");
         self.release_lock();
         r
     }
