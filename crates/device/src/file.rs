@@ -1284,6 +1284,28 @@ impl FileDevice {
         r
     }
 
+    /// Runs `f` under the state lock until it finds room in the write buffers (`Some`); while
+    /// they are full it wakes the flusher and waits without blocking the executor.
+    async fn with_buffer_space<T>(
+        &self,
+        mut f: impl FnMut(&Shared, &mut State) -> Result<Option<T>>,
+    ) -> Result<T> {
+        loop {
+            // Registered before trying, so a flush finishing in between is not missed.
+            let space = self.shared.space.notified();
+            tokio::pin!(space);
+            space.as_mut().enable();
+            {
+                let mut st = self.shared.lock();
+                if let Some(r) = f(&self.shared, &mut st)? {
+                    return Ok(r);
+                }
+                self.shared.flush_cv.notify_one();
+            }
+            space.await;
+        }
+    }
+
     async fn blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Shared) -> Result<T> + Send + 'static,
@@ -1310,25 +1332,8 @@ impl Device for FileDevice {
     async fn store(&self, key: &[u8], value: &[u8], mode: StoreMode) -> Result<()> {
         self.shared.config.limits.check(key, value)?;
         let _slot = self.gate.enter().await;
-        loop {
-            // Registered before trying, so a flush finishing in between is not missed.
-            let space = self.shared.space.notified();
-            tokio::pin!(space);
-            space.as_mut().enable();
-            {
-                let mut st = self.shared.lock();
-                if self
-                    .shared
-                    .store_locked(&mut st, key, value, mode)?
-                    .is_some()
-                {
-                    return Ok(());
-                }
-                self.shared.flush_cv.notify_one();
-            }
-            // Buffers full: wait for the flusher without blocking the executor.
-            space.await;
-        }
+        self.with_buffer_space(|sh, st| sh.store_locked(st, key, value, mode))
+            .await
     }
 
     async fn retrieve(&self, key: &[u8], range: ReadRange) -> Result<Retrieved> {
@@ -1367,19 +1372,8 @@ impl Device for FileDevice {
     async fn delete(&self, key: &[u8], must_exist: bool) -> Result<bool> {
         self.shared.config.limits.check_key(key)?;
         let _slot = self.gate.enter().await;
-        loop {
-            let space = self.shared.space.notified();
-            tokio::pin!(space);
-            space.as_mut().enable();
-            {
-                let mut st = self.shared.lock();
-                if let Some(r) = self.shared.delete_locked(&mut st, key, must_exist)? {
-                    return Ok(r);
-                }
-                self.shared.flush_cv.notify_one();
-            }
-            space.await;
-        }
+        self.with_buffer_space(|sh, st| sh.delete_locked(st, key, must_exist))
+            .await
     }
 
     async fn exist(&self, keys: &[&[u8]]) -> Result<Vec<bool>> {
