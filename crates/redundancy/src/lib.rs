@@ -1,0 +1,25 @@
+//! The reliability manager (KVMD): a virtual key-value device over N devices that protects each
+//! object with hashing, replication, splitting or packing, chosen per size or per object.
+//!
+//! - [`format`]: device keys and the versioned, checksummed piece header.
+//! - [`mechanism`]: the mechanisms, the policy (standalone, hybrid, custom) and the TOML config.
+//! - [`io`]: the one submission point to the devices, their health, and the read plan.
+//! - [`Manager`]: put/get/delete with versions, verification and self-healing reads.
+//! - packing sets, rebuild of a failed device and scrub.
+//! - [`mttdl`]: KVMD §5.1's reliability model.
+
+pub mod error;
+pub mod format;
+pub mod io;
+mod manager;
+pub mod mechanism;
+pub mod mttdl;
+mod pack;
+mod rebuild;
+mod vdev;
+
+pub use error::{RedundancyError, Result};
+pub use io::{AnyHealthy, DeviceSet, IoCounters, ReadPlan};
+pub use manager::{Manager, ObjectMeta};
+pub use mechanism::{ManagerConfig, Mechanism, Policy};
+pub use rebuild::{RepairOptions, RepairProgress, RepairReport};

@@ -1,0 +1,1257 @@
+//! The reliability manager: a virtual key-value device over N devices (KVMD §3). It cuts objects
+//! into segments, protects each segment with its mechanism, reads back the newest version that
+//! enough consistent pieces agree on, and rewrites pieces it finds bad, missing or stale.
+
+use crate::error::{RedundancyError, Result};
+use crate::format::{segment_key, PieceHeader, PieceKind, KEY_OVERHEAD_BYTES, PIECE_HEADER_BYTES};
+use crate::io::DeviceSet;
+use crate::mechanism::{ManagerConfig, Mechanism};
+use crate::pack::Packer;
+use futures_util::future::join_all;
+use railstore_device::{Device, ReadRange, StoreMode};
+use railstore_ec::{Code, CodeId, Codec};
+use railstore_placement::{Layout, LayoutSpec, Placement};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Stripes of the per-key write lock table.
+const KEY_LOCK_STRIPES: usize = 4096;
+
+/// What the manager remembers about a stored object (the metadata cache), so hybrid mode does not
+/// read a header before every operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectMeta {
+    /// Mechanism of the stored version.
+    pub mechanism: Mechanism,
+    /// The stored version.
+    pub version: u64,
+    /// Object length in bytes.
+    pub len: u64,
+    /// Segments.
+    pub segments: u32,
+}
+
+/// One valid piece read from a device.
+#[derive(Debug, Clone)]
+pub(crate) struct Piece {
+    pub header: PieceHeader,
+    pub payload: Vec<u8>,
+}
+
+/// What each of a segment's devices holds (index = position in the key's placement).
+#[derive(Debug, Default)]
+pub(crate) struct SegmentScan {
+    /// Device of each position.
+    pub devices: Vec<usize>,
+    /// The valid piece at each position.
+    pub pieces: Vec<Option<Piece>>,
+    /// A value was there but failed its checks.
+    pub corrupt: Vec<bool>,
+    /// The position's device could not be read.
+    pub unreadable: Vec<bool>,
+}
+
+/// A segment resolved to one version.
+#[derive(Debug, Clone)]
+pub(crate) struct Resolved {
+    pub mechanism: Mechanism,
+    pub version: u64,
+    pub object_len: u64,
+    pub segment_count: u32,
+    /// Packing set and slot, for packed segments.
+    pub set: Option<(u64, u8)>,
+    pub data: Vec<u8>,
+}
+
+pub(crate) struct Inner {
+    pub io: DeviceSet,
+    pub layout: Layout,
+    pub config: ManagerConfig,
+    codecs: Mutex<HashMap<(u8, u8, u8), Arc<Codec>>>,
+    locks: Vec<tokio::sync::Mutex<()>>,
+    cache: Mutex<HashMap<Vec<u8>, ObjectMeta>>,
+    version: AtomicU64,
+    pub key_bytes_max: usize,
+    pub piece_payload_max: usize,
+    pub packer: Packer,
+}
+
+/// The reliability manager. Cheap to clone; clones share everything.
+#[derive(Clone)]
+pub struct Manager {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Manager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manager")
+            .field("devices", &self.inner.io.len())
+            .field("policy", &self.inner.config.policy)
+            .finish()
+    }
+}
+
+impl Manager {
+    /// Builds a manager over `devices` (their order is the array order; the layout is derived
+    /// from the device count and the configuration, so reopening with the same devices in the
+    /// same order and the same configuration finds every object). Call inside a tokio runtime:
+    /// the packer runs as a task.
+    pub async fn open(devices: Vec<Arc<dyn Device>>, config: ManagerConfig) -> Result<Manager> {
+        let width = config.width();
+        for m in config.policy.mechanisms() {
+            m.validate()?;
+            if m.width() > width {
+                return Err(RedundancyError::Config(format!(
+                    "{m} needs groups of {} devices; layout_width is {width}",
+                    m.width()
+                )));
+            }
+        }
+        if devices.len() < width {
+            return Err(RedundancyError::Config(format!(
+                "{} devices cannot hold groups of {width} (the widest mechanism of the policy)",
+                devices.len()
+            )));
+        }
+        let rounds = if devices.len() == width {
+            1
+        } else {
+            config.layout_rounds.max(1)
+        };
+        let layout = Layout::new(LayoutSpec {
+            devices: devices.len(),
+            width,
+            rounds,
+            seed: config.layout_seed,
+            version: 1,
+        })
+        .map_err(|e| RedundancyError::Config(e.to_string()))?;
+        let key_max = devices.iter().map(|d| d.limits().key_bytes_max).min();
+        let value_max = devices.iter().map(|d| d.limits().value_bytes_max).min();
+        let key_bytes_max = key_max.unwrap_or(0).saturating_sub(KEY_OVERHEAD_BYTES);
+        let piece_payload_max = value_max.unwrap_or(0).saturating_sub(PIECE_HEADER_BYTES);
+        if key_bytes_max == 0 || piece_payload_max < 64 {
+            return Err(RedundancyError::Config(
+                "device key or value limits too small for piece headers".into(),
+            ));
+        }
+        if key_bytes_max > u8::MAX as usize {
+            // Set descriptors store key lengths in one byte.
+            return Err(RedundancyError::Config(
+                "device key limit above 260 B is not supported".into(),
+            ));
+        }
+        let start = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1);
+        let inner = Arc::new_cyclic(|weak| Inner {
+            io: DeviceSet::new(devices),
+            layout,
+            packer: Packer::new(weak.clone(), config.pack_wait),
+            config,
+            codecs: Mutex::new(HashMap::new()),
+            locks: (0..KEY_LOCK_STRIPES)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
+            cache: Mutex::new(HashMap::new()),
+            version: AtomicU64::new(start),
+            key_bytes_max,
+            piece_payload_max,
+        });
+        Ok(Manager { inner })
+    }
+
+    /// The device set (health, read plan, counters).
+    pub fn devices(&self) -> &DeviceSet {
+        &self.inner.io
+    }
+
+    /// The placement layout.
+    pub fn layout(&self) -> &Layout {
+        &self.inner.layout
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ManagerConfig {
+        &self.inner.config
+    }
+
+    /// Longest user key.
+    pub fn key_bytes_max(&self) -> usize {
+        self.inner.key_bytes_max
+    }
+
+    /// Stores `value` under `key` with the policy's mechanism, or with `custom` when given
+    /// (KVMD's custom mode). Returns once every piece is on its device.
+    pub async fn put(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        mode: StoreMode,
+        custom: Option<Mechanism>,
+    ) -> Result<()> {
+        let inner = &self.inner;
+        inner.check_key(key)?;
+        if value.len() as u64 > inner.config.object_bytes_max {
+            return Err(RedundancyError::ValueLength {
+                len: value.len() as u64,
+                max: inner.config.object_bytes_max,
+            });
+        }
+        let mech = match custom {
+            Some(m) => {
+                m.validate()?;
+                if m.width() > inner.layout.width() {
+                    return Err(RedundancyError::Config(format!(
+                        "{m} needs {} devices per group; the layout has {}",
+                        m.width(),
+                        inner.layout.width()
+                    )));
+                }
+                m
+            }
+            None => inner.config.policy.choose(value.len() as u64),
+        };
+        let _guard = inner.lock(key).await;
+        let prev = inner.meta(key).await?;
+        match (mode, &prev) {
+            (StoreMode::InsertOnly, Some(_)) => {
+                return Err(RedundancyError::Exists { key: key.to_vec() })
+            }
+            (StoreMode::UpdateOnly, None) => {
+                return Err(RedundancyError::NotFound { key: key.to_vec() })
+            }
+            _ => {}
+        }
+        if let Some(p) = &prev {
+            if matches!(p.mechanism, Mechanism::Pack { .. }) {
+                inner.retire_packed(key, p).await;
+            }
+        }
+        let version = inner.next_version();
+        let seg_bytes = inner.segment_bytes(mech);
+        let segments = value.len().div_ceil(seg_bytes).max(1);
+        let segments_u32 = u32::try_from(segments)
+            .map_err(|_| RedundancyError::Config("object needs too many segments".into()))?;
+        let place = inner.layout.place(key);
+        for s in 0..segments {
+            let data =
+                &value[(s * seg_bytes).min(value.len())..((s + 1) * seg_bytes).min(value.len())];
+            let head = SegmentHead {
+                segment: s as u32,
+                segment_count: segments_u32,
+                object_len: value.len() as u64,
+                version,
+            };
+            inner.write_segment(key, &place, mech, head, data).await?;
+        }
+        if let Some(p) = &prev {
+            inner
+                .remove_leftovers(key, &place, p, mech, segments_u32)
+                .await;
+        }
+        inner.remember(
+            key,
+            ObjectMeta {
+                mechanism: mech,
+                version,
+                len: value.len() as u64,
+                segments: segments_u32,
+            },
+        );
+        Ok(())
+    }
+
+    /// Reads `range` of the object under `key`; returns the bytes and the object's length.
+    pub async fn get(&self, key: &[u8], range: ReadRange) -> Result<(Vec<u8>, u64)> {
+        let inner = &self.inner;
+        inner.check_key(key)?;
+        let place = inner.layout.place(key);
+        let hint = inner.cached(key).map(|m| m.mechanism);
+        let first = match inner.fast_segment(key, 0, &place, hint, None).await {
+            Some(r) => r,
+            None => match inner.slow_segment(key, 0, &place, None).await? {
+                Some(r) => r,
+                None => return Err(RedundancyError::NotFound { key: key.to_vec() }),
+            },
+        };
+        let (start, end) =
+            range
+                .resolve(first.object_len)
+                .map_err(|_| RedundancyError::Offset {
+                    offset: range.offset,
+                    len: first.object_len,
+                })?;
+        let seg_bytes = inner.segment_bytes(first.mechanism) as u64;
+        let (s_first, s_last) = if end > start {
+            (start / seg_bytes, (end - 1) / seg_bytes)
+        } else {
+            (0, 0)
+        };
+        let mut out = Vec::with_capacity((end - start) as usize);
+        for s in s_first..=s_last {
+            let seg = if s == 0 {
+                first.clone()
+            } else {
+                let s = s as u32;
+                match inner
+                    .fast_segment(key, s, &place, Some(first.mechanism), Some(first.version))
+                    .await
+                {
+                    Some(r) => r,
+                    None => match inner
+                        .slow_segment(key, s, &place, Some(first.version))
+                        .await?
+                    {
+                        Some(r) => r,
+                        None => {
+                            return Err(RedundancyError::Lost {
+                                key: key.to_vec(),
+                                detail: format!(
+                                    "segment {s} of version {} cannot be read",
+                                    first.version
+                                ),
+                            })
+                        }
+                    },
+                }
+            };
+            let seg_start = s * seg_bytes;
+            let lo = start.max(seg_start) - seg_start;
+            let hi = end.min(seg_start + seg.data.len() as u64) - seg_start;
+            if lo < hi {
+                out.extend_from_slice(&seg.data[lo as usize..hi as usize]);
+            }
+        }
+        if out.len() as u64 != end - start {
+            return Err(RedundancyError::Lost {
+                key: key.to_vec(),
+                detail: format!(
+                    "segments hold {} B of the {} B asked for",
+                    out.len(),
+                    end - start
+                ),
+            });
+        }
+        inner.remember(
+            key,
+            ObjectMeta {
+                mechanism: first.mechanism,
+                version: first.version,
+                len: first.object_len,
+                segments: first.segment_count,
+            },
+        );
+        Ok((out, first.object_len))
+    }
+
+    /// Deletes the object under `key`; returns whether it existed.
+    pub async fn delete(&self, key: &[u8]) -> Result<bool> {
+        let inner = &self.inner;
+        inner.check_key(key)?;
+        let _guard = inner.lock(key).await;
+        let Some(prev) = inner.meta(key).await? else {
+            return Ok(false);
+        };
+        if matches!(prev.mechanism, Mechanism::Pack { .. }) {
+            inner.retire_packed(key, &prev).await;
+        }
+        let place = inner.layout.place(key);
+        let mut failed = Vec::new();
+        for s in 0..prev.segments {
+            let skey = segment_key(key, s);
+            let res = join_all((0..prev.mechanism.pieces()).map(|i| {
+                let d = place.device(i);
+                let skey = &skey;
+                async move { (d, inner.io.delete(d, skey).await) }
+            }))
+            .await;
+            failed.extend(res.into_iter().filter(|(_, r)| r.is_err()).map(|(d, _)| d));
+        }
+        inner.forget(key);
+        if !failed.is_empty() {
+            tracing::warn!(
+                ?failed,
+                "delete left pieces on failed devices; rebuild replaces them"
+            );
+        }
+        Ok(true)
+    }
+
+    /// The cached metadata of `key`, if the cache holds it.
+    pub fn cached_meta(&self, key: &[u8]) -> Option<ObjectMeta> {
+        self.inner.cached(key)
+    }
+
+    /// The metadata of `key`, from the cache or the devices.
+    pub async fn meta(&self, key: &[u8]) -> Result<Option<ObjectMeta>> {
+        self.inner.check_key(key)?;
+        self.inner.meta(key).await
+    }
+
+    /// Makes every acknowledged store and delete durable on every healthy device.
+    pub async fn sync(&self) -> Result<()> {
+        let inner = &self.inner;
+        let res = join_all((0..inner.io.len()).map(|d| async move {
+            if inner.io.is_failed(d) {
+                return Ok(());
+            }
+            inner
+                .io
+                .device(d)
+                .sync()
+                .await
+                .map_err(|source| RedundancyError::Device { device: d, source })
+        }))
+        .await;
+        res.into_iter().collect()
+    }
+}
+
+/// The per-write fields every piece of a segment carries.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SegmentHead {
+    pub segment: u32,
+    pub segment_count: u32,
+    pub object_len: u64,
+    pub version: u64,
+}
+
+impl Mechanism {
+    /// Positions of the key's placement one segment occupies: copies, shards, or a packed
+    /// member plus its m pointers.
+    pub fn pieces(&self) -> usize {
+        match *self {
+            Mechanism::Pack { m, .. } => 1 + m as usize,
+            _ => self.width(),
+        }
+    }
+}
+
+fn mechanism_of(h: &PieceHeader) -> Option<Mechanism> {
+    let code = || CodeId::from_u8(h.code).ok();
+    Some(match h.kind {
+        PieceKind::Hashed => Mechanism::Hash,
+        PieceKind::Copy => Mechanism::Replicate { r: h.k },
+        PieceKind::Shard => Mechanism::Split {
+            code: code()?,
+            k: h.k,
+            m: h.m,
+        },
+        PieceKind::Member | PieceKind::Pointer => Mechanism::Pack {
+            code: code()?,
+            k: h.k,
+            m: h.m,
+        },
+        PieceKind::Parity | PieceKind::SetDescriptor => return None,
+    })
+}
+
+impl Inner {
+    pub(crate) fn check_key(&self, key: &[u8]) -> Result<()> {
+        if key.is_empty() || key.len() > self.key_bytes_max {
+            return Err(RedundancyError::KeyLength {
+                len: key.len(),
+                min: 1,
+                max: self.key_bytes_max,
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn lock(&self, key: &[u8]) -> tokio::sync::MutexGuard<'_, ()> {
+        let h = railstore_placement::key_hash(key, 0x6c6f_636b) as usize;
+        self.locks[h % KEY_LOCK_STRIPES].lock().await
+    }
+
+    pub(crate) fn next_version(&self) -> u64 {
+        self.version.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Raises the version counter above `seen`, so a version read from a device is never reused.
+    pub(crate) fn observe_version(&self, seen: u64) {
+        self.version.fetch_max(seen, Ordering::SeqCst);
+    }
+
+    pub(crate) fn codec(&self, code: CodeId, k: u8, m: u8) -> Result<Arc<Codec>> {
+        let mut map = self.codecs.lock().unwrap();
+        if let Some(c) = map.get(&(code.as_u8(), k, m)) {
+            return Ok(c.clone());
+        }
+        let codec = Code::new(code, k as usize, m as usize)
+            .and_then(Codec::new)
+            .map_err(|e| RedundancyError::Config(e.to_string()))?;
+        let codec = Arc::new(codec);
+        map.insert((code.as_u8(), k, m), codec.clone());
+        Ok(codec)
+    }
+
+    /// Bytes of user data in one full segment under `mech`.
+    pub(crate) fn segment_bytes(&self, mech: Mechanism) -> usize {
+        match mech {
+            Mechanism::Split { k, .. } => self.piece_payload_max * k as usize,
+            _ => self.piece_payload_max,
+        }
+    }
+
+    pub(crate) fn cached(&self, key: &[u8]) -> Option<ObjectMeta> {
+        self.cache.lock().unwrap().get(key).cloned()
+    }
+
+    pub(crate) fn remember(&self, key: &[u8], meta: ObjectMeta) {
+        let max = self.config.meta_cache_entries_max;
+        if max == 0 {
+            return;
+        }
+        let mut c = self.cache.lock().unwrap();
+        if c.len() >= max && !c.contains_key(key) {
+            // Crude but bounded: drop everything and let hot keys come back.
+            c.clear();
+        }
+        c.insert(key.to_vec(), meta);
+    }
+
+    pub(crate) fn forget(&self, key: &[u8]) {
+        self.cache.lock().unwrap().remove(key);
+    }
+
+    /// What is stored under `key`: the cache, else segment 0's header on the primary, else (when
+    /// the primary cannot answer) a scan of the whole placement.
+    pub(crate) async fn meta(&self, key: &[u8]) -> Result<Option<ObjectMeta>> {
+        if let Some(m) = self.cached(key) {
+            return Ok(Some(m));
+        }
+        let place = self.layout.place(key);
+        let primary = place.device(0);
+        if self.io.readable(primary) {
+            if let Ok(v) = self.io.retrieve(primary, &segment_key(key, 0)).await {
+                match v {
+                    None => return Ok(None),
+                    Some(bytes) => {
+                        if let Ok((h, _)) = PieceHeader::decode(&bytes) {
+                            if let Some(mech) = mechanism_of(&h) {
+                                self.observe_version(h.version);
+                                return Ok(Some(ObjectMeta {
+                                    mechanism: mech,
+                                    version: h.version,
+                                    len: h.object_len,
+                                    segments: h.segment_count,
+                                }));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(self
+            .slow_segment(key, 0, &place, None)
+            .await?
+            .map(|r| ObjectMeta {
+                mechanism: r.mechanism,
+                version: r.version,
+                len: r.object_len,
+                segments: r.segment_count,
+            }))
+    }
+
+    /// The pieces of one segment under `mech`, as (placement position, stored value).
+    pub(crate) fn pieces_of(
+        &self,
+        mech: Mechanism,
+        head: SegmentHead,
+        data: &[u8],
+        set: Option<(u64, u8)>,
+        descriptor: Option<&[u8]>,
+    ) -> Result<Vec<(usize, Vec<u8>)>> {
+        let base = |kind, k, m, index, payload: &[u8]| PieceHeader {
+            kind,
+            code: mech.code_byte(),
+            k,
+            m,
+            index,
+            segment: head.segment,
+            segment_count: head.segment_count,
+            object_len: head.object_len,
+            version: head.version,
+            set: set.map(|s| s.0).unwrap_or(0),
+            payload_len: payload.len() as u32,
+        };
+        Ok(match mech {
+            Mechanism::Hash => vec![(0, base(PieceKind::Hashed, 1, 0, 0, data).encode(data))],
+            Mechanism::Replicate { r } => (0..r)
+                .map(|i| {
+                    (
+                        i as usize,
+                        base(PieceKind::Copy, r, 0, i, data).encode(data),
+                    )
+                })
+                .collect(),
+            Mechanism::Split { code, k, m } => {
+                let (ku, n) = (k as usize, (k + m) as usize);
+                let shard_len = data.len().div_ceil(ku);
+                let mut shards = vec![vec![0u8; shard_len]; n];
+                for (i, s) in shards.iter_mut().take(ku).enumerate() {
+                    let lo = (i * shard_len).min(data.len());
+                    let hi = ((i + 1) * shard_len).min(data.len());
+                    s[..hi - lo].copy_from_slice(&data[lo..hi]);
+                }
+                let codec = self.codec(code, k, m)?;
+                {
+                    let mut refs: Vec<&mut [u8]> =
+                        shards.iter_mut().map(|s| s.as_mut_slice()).collect();
+                    codec
+                        .encode_shards(&mut refs)
+                        .map_err(|e| RedundancyError::Config(e.to_string()))?;
+                }
+                shards
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| (i, base(PieceKind::Shard, k, m, i as u8, s).encode(s)))
+                    .collect()
+            }
+            Mechanism::Pack { k, m, .. } => {
+                // Pointers carry the set descriptor, so a lost member is one hop from its set.
+                let (Some((_, slot)), Some(desc)) = (set, descriptor) else {
+                    return Err(RedundancyError::Config(
+                        "packed pieces need their set".into(),
+                    ));
+                };
+                let mut v = vec![(0, base(PieceKind::Member, k, m, slot, data).encode(data))];
+                for i in 1..=m {
+                    v.push((
+                        i as usize,
+                        base(PieceKind::Pointer, k, m, slot, desc).encode(desc),
+                    ));
+                }
+                v
+            }
+        })
+    }
+
+    /// Writes one segment; succeeds when enough pieces landed for the object to be readable.
+    async fn write_segment(
+        &self,
+        key: &[u8],
+        place: &Placement<'_>,
+        mech: Mechanism,
+        head: SegmentHead,
+        data: &[u8],
+    ) -> Result<()> {
+        if let Mechanism::Pack { .. } = mech {
+            return self.packer.submit(key, place, mech, head, data).await;
+        }
+        let pieces = self.pieces_of(mech, head, data, None, None)?;
+        self.store_pieces(key, place, head.segment, mech, &pieces)
+            .await
+    }
+
+    /// Stores pieces at their placement positions; fails when more than the mechanism's
+    /// tolerance did not land.
+    pub(crate) async fn store_pieces(
+        &self,
+        key: &[u8],
+        place: &Placement<'_>,
+        segment: u32,
+        mech: Mechanism,
+        pieces: &[(usize, Vec<u8>)],
+    ) -> Result<()> {
+        let skey = segment_key(key, segment);
+        let res = join_all(pieces.iter().map(|(pos, v)| {
+            let d = place.device(*pos);
+            let skey = &skey;
+            async move { self.io.store(d, skey, v).await }
+        }))
+        .await;
+        let written = res.iter().filter(|r| r.is_ok()).count();
+        let needed = pieces.len().saturating_sub(mech.tolerance()).max(1);
+        if written < needed {
+            let cause = res
+                .into_iter()
+                .find_map(|r| r.err())
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            return Err(RedundancyError::WriteFailed {
+                key: key.to_vec(),
+                written,
+                needed,
+                cause,
+            });
+        }
+        Ok(())
+    }
+
+    /// Deletes what an older version left behind: segments past the new count and positions
+    /// past the new mechanism's pieces. Best effort: a failed device is rebuilt later.
+    async fn remove_leftovers(
+        &self,
+        key: &[u8],
+        place: &Placement<'_>,
+        prev: &ObjectMeta,
+        mech: Mechanism,
+        segments: u32,
+    ) {
+        let mut ops = Vec::new();
+        for s in 0..prev.segments {
+            let from = if s < segments { mech.pieces() } else { 0 };
+            for pos in from..prev.mechanism.pieces() {
+                ops.push((place.device(pos), segment_key(key, s)));
+            }
+        }
+        join_all(
+            ops.iter()
+                .map(|(d, k)| async move { self.io.delete(*d, k).await }),
+        )
+        .await;
+    }
+
+    /// Reads a segment the cheap way: the fewest pieces, from preferred devices, all agreeing.
+    /// `None` means "look closer" (missing, corrupt, stale or unexpected pieces).
+    pub(crate) async fn fast_segment(
+        &self,
+        key: &[u8],
+        segment: u32,
+        place: &Placement<'_>,
+        hint: Option<Mechanism>,
+        want: Option<u64>,
+    ) -> Option<Resolved> {
+        let skey = segment_key(key, segment);
+        let mech = match hint {
+            Some(m) => m,
+            None => {
+                // Every mechanism keeps piece 0 on the primary; its header names the mechanism.
+                let primary = place.device(0);
+                if !self.io.readable(primary) {
+                    return None;
+                }
+                let bytes = self.io.retrieve(primary, &skey).await.ok()??;
+                let (h, payload) = PieceHeader::decode(&bytes).ok()?;
+                let mech = mechanism_of(&h)?;
+                if !matches!(mech, Mechanism::Split { .. }) {
+                    return self.accept_whole(&h, payload.to_vec(), want);
+                }
+                mech
+            }
+        };
+        match mech {
+            Mechanism::Hash | Mechanism::Pack { .. } => {
+                let d = place.device(0);
+                if !self.io.readable(d) {
+                    return None;
+                }
+                let bytes = self.io.retrieve(d, &skey).await.ok()??;
+                let (h, payload) = PieceHeader::decode(&bytes).ok()?;
+                self.accept_whole(&h, payload.to_vec(), want)
+            }
+            Mechanism::Replicate { r } => {
+                let order = self.io.read_order((0..r as usize).map(|i| place.device(i)));
+                let d = *order.first()?;
+                let bytes = self.io.retrieve(d, &skey).await.ok()??;
+                let (h, payload) = PieceHeader::decode(&bytes).ok()?;
+                self.accept_whole(&h, payload.to_vec(), want)
+            }
+            Mechanism::Split { code, k, m } => {
+                let n = (k + m) as usize;
+                let devs: Vec<usize> = (0..n).map(|i| place.device(i)).collect();
+                // Data shards first among the preferred devices: no decoding when they serve.
+                let mut chosen: Vec<usize> =
+                    (0..n).filter(|&i| self.io.readable(devs[i])).collect();
+                chosen.sort_by_key(|&i| (!self.io.prefers(devs[i]), i >= k as usize, i));
+                chosen.truncate(k as usize);
+                if chosen.len() < k as usize {
+                    return None;
+                }
+                let reads = join_all(chosen.iter().map(|&i| {
+                    let d = devs[i];
+                    let skey = &skey;
+                    async move { self.io.retrieve(d, skey).await }
+                }))
+                .await;
+                let mut shards: Vec<Option<Vec<u8>>> = vec![None; n];
+                let mut head: Option<PieceHeader> = None;
+                for (&i, r) in chosen.iter().zip(reads) {
+                    let bytes = r.ok()??;
+                    let (h, payload) = PieceHeader::decode(&bytes).ok()?;
+                    if h.kind != PieceKind::Shard
+                        || h.index as usize != i
+                        || mechanism_of(&h) != Some(mech)
+                    {
+                        return None;
+                    }
+                    if let Some(prev) = &head {
+                        if (
+                            prev.version,
+                            prev.object_len,
+                            prev.payload_len,
+                            prev.segment_count,
+                        ) != (h.version, h.object_len, h.payload_len, h.segment_count)
+                        {
+                            return None;
+                        }
+                    }
+                    if want.is_some_and(|w| w != h.version) {
+                        return None;
+                    }
+                    head = Some(h);
+                    shards[i] = Some(payload.to_vec());
+                }
+                let h = head?;
+                let data = self.decode_split(code, k, m, &h, shards).ok()?;
+                Some(Resolved {
+                    mechanism: mech,
+                    version: h.version,
+                    object_len: h.object_len,
+                    segment_count: h.segment_count,
+                    set: None,
+                    data,
+                })
+            }
+        }
+    }
+
+    fn accept_whole(
+        &self,
+        h: &PieceHeader,
+        payload: Vec<u8>,
+        want: Option<u64>,
+    ) -> Option<Resolved> {
+        if want.is_some_and(|w| w != h.version) {
+            return None;
+        }
+        let mechanism = mechanism_of(h)?;
+        if h.kind == PieceKind::Pointer || !self.segment_len_ok(h, payload.len(), mechanism) {
+            return None;
+        }
+        self.observe_version(h.version);
+        Some(Resolved {
+            mechanism,
+            version: h.version,
+            object_len: h.object_len,
+            segment_count: h.segment_count,
+            set: (h.kind == PieceKind::Member).then_some((h.set, h.index)),
+            data: payload,
+        })
+    }
+
+    /// Whether a whole-segment payload has the length its header implies.
+    fn segment_len_ok(&self, h: &PieceHeader, len: usize, mech: Mechanism) -> bool {
+        expected_segment_len(h, self.segment_bytes(mech)) == Some(len)
+    }
+
+    /// Reassembles a segment from k or more shards (missing ones decoded).
+    pub(crate) fn decode_split(
+        &self,
+        code: CodeId,
+        k: u8,
+        m: u8,
+        h: &PieceHeader,
+        mut shards: Vec<Option<Vec<u8>>>,
+    ) -> Result<Vec<u8>> {
+        let (ku, n) = (k as usize, (k + m) as usize);
+        let shard_len = h.payload_len as usize;
+        let seg_len = expected_segment_len(h, self.segment_bytes(Mechanism::Split { code, k, m }))
+            .ok_or_else(|| RedundancyError::Config("segment header inconsistent".into()))?;
+        if seg_len.div_ceil(ku) != shard_len {
+            return Err(RedundancyError::Config("shard length inconsistent".into()));
+        }
+        if shards.iter().take(ku).any(|s| s.is_none()) {
+            let present: Vec<bool> = shards.iter().map(|s| s.is_some()).collect();
+            let mut bufs: Vec<Vec<u8>> = shards
+                .iter_mut()
+                .map(|s| s.take().unwrap_or_else(|| vec![0; shard_len]))
+                .collect();
+            let mut refs: Vec<&mut [u8]> = bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
+            self.codec(code, k, m)?
+                .reconstruct_data(&mut refs, &present)
+                .map_err(|e| RedundancyError::Config(e.to_string()))?;
+            self.io.counters.decodes.fetch_add(1, Ordering::Relaxed);
+            shards = bufs.into_iter().map(Some).collect();
+        }
+        debug_assert_eq!(shards.len(), n);
+        let mut out = Vec::with_capacity(seg_len);
+        for s in shards.iter().take(ku) {
+            out.extend_from_slice(s.as_deref().unwrap());
+        }
+        out.truncate(seg_len);
+        Ok(out)
+    }
+
+    /// Reads every piece of a segment from every readable device of the key's group.
+    pub(crate) async fn scan_segment(
+        &self,
+        key: &[u8],
+        segment: u32,
+        place: &Placement<'_>,
+    ) -> SegmentScan {
+        let skey = segment_key(key, segment);
+        let n = self.layout.width();
+        let devices: Vec<usize> = (0..n).map(|i| place.device(i)).collect();
+        let reads = join_all(devices.iter().map(|&d| {
+            let skey = &skey;
+            async move {
+                // A device being rebuilt is read too: what it holds is right, what it lacks
+                // gets written.
+                if self.io.is_failed(d) {
+                    return Err(());
+                }
+                self.io.retrieve(d, skey).await.map_err(|_| ())
+            }
+        }))
+        .await;
+        let mut scan = SegmentScan {
+            devices,
+            pieces: vec![None; n],
+            corrupt: vec![false; n],
+            unreadable: vec![false; n],
+        };
+        for (pos, r) in reads.into_iter().enumerate() {
+            match r {
+                Err(()) => scan.unreadable[pos] = true,
+                Ok(None) => {}
+                Ok(Some(bytes)) => match PieceHeader::decode(&bytes) {
+                    Ok((h, payload))
+                        if h.segment == segment
+                            && mechanism_of(&h).is_some()
+                            && (h.index as usize == pos
+                                || matches!(h.kind, PieceKind::Member | PieceKind::Pointer)) =>
+                    {
+                        self.observe_version(h.version);
+                        scan.pieces[pos] = Some(Piece {
+                            header: h,
+                            payload: payload.to_vec(),
+                        });
+                    }
+                    _ => scan.corrupt[pos] = true,
+                },
+            }
+        }
+        scan
+    }
+
+    /// Versions of a segment that its valid pieces can produce, newest first (packed pointers
+    /// count: their set decodes the member).
+    pub(crate) fn decodable_versions(&self, scan: &SegmentScan) -> Vec<u64> {
+        let mut by_version: HashMap<u64, Vec<(usize, &Piece)>> = HashMap::new();
+        for (pos, p) in scan.pieces.iter().enumerate() {
+            if let Some(p) = p {
+                by_version
+                    .entry(p.header.version)
+                    .or_default()
+                    .push((pos, p));
+            }
+        }
+        let mut out: Vec<u64> = by_version
+            .into_iter()
+            .filter(|(_, ps)| {
+                ps.iter().any(|(pos, p)| match p.header.kind {
+                    PieceKind::Hashed => *pos == 0,
+                    PieceKind::Copy => (*pos) < p.header.k as usize,
+                    PieceKind::Member => *pos == 0,
+                    PieceKind::Pointer => true,
+                    PieceKind::Shard => {
+                        ps.iter()
+                            .filter(|(_, q)| {
+                                q.header.kind == PieceKind::Shard
+                                    && (q.header.k, q.header.m, q.header.code, q.header.payload_len)
+                                        == (
+                                            p.header.k,
+                                            p.header.m,
+                                            p.header.code,
+                                            p.header.payload_len,
+                                        )
+                            })
+                            .count()
+                            >= p.header.k as usize
+                    }
+                    _ => false,
+                })
+            })
+            .map(|(v, _)| v)
+            .collect();
+        out.sort_unstable_by(|a, b| b.cmp(a));
+        out
+    }
+
+    /// Produces version `version` of a segment from a scan.
+    pub(crate) async fn decode_scan(
+        &self,
+        scan: &SegmentScan,
+        version: u64,
+    ) -> Result<Option<Resolved>> {
+        let at_version: Vec<(usize, &Piece)> = scan
+            .pieces
+            .iter()
+            .enumerate()
+            .filter_map(|(pos, p)| {
+                p.as_ref()
+                    .filter(|p| p.header.version == version)
+                    .map(|p| (pos, p))
+            })
+            .collect();
+        // Whole copies first: no decoding.
+        for (pos, p) in &at_version {
+            let h = &p.header;
+            let Some(mech) = mechanism_of(h) else {
+                continue;
+            };
+            let whole = match h.kind {
+                PieceKind::Hashed | PieceKind::Member => *pos == 0,
+                PieceKind::Copy => true,
+                _ => false,
+            };
+            if whole && self.segment_len_ok(h, p.payload.len(), mech) {
+                return Ok(Some(Resolved {
+                    mechanism: mech,
+                    version,
+                    object_len: h.object_len,
+                    segment_count: h.segment_count,
+                    set: (h.kind == PieceKind::Member).then_some((h.set, h.index)),
+                    data: p.payload.clone(),
+                }));
+            }
+        }
+        if let Some((_, p)) = at_version
+            .iter()
+            .find(|(_, p)| p.header.kind == PieceKind::Shard)
+        {
+            let h = p.header;
+            if let Some(Mechanism::Split { code, k, m }) = mechanism_of(&h) {
+                let n = (k + m) as usize;
+                let mut shards: Vec<Option<Vec<u8>>> = vec![None; n];
+                let mut found = 0;
+                for (pos, q) in &at_version {
+                    let qh = &q.header;
+                    if qh.kind == PieceKind::Shard
+                        && *pos < n
+                        && (
+                            qh.k,
+                            qh.m,
+                            qh.code,
+                            qh.payload_len,
+                            qh.object_len,
+                            qh.segment_count,
+                        ) == (k, m, h.code, h.payload_len, h.object_len, h.segment_count)
+                    {
+                        shards[*pos] = Some(q.payload.clone());
+                        found += 1;
+                    }
+                }
+                if found >= k as usize {
+                    // Use at most k shards so a silently wrong extra shard cannot mix in.
+                    let data = self.decode_split(code, k, m, &h, shards)?;
+                    return Ok(Some(Resolved {
+                        mechanism: Mechanism::Split { code, k, m },
+                        version,
+                        object_len: h.object_len,
+                        segment_count: h.segment_count,
+                        set: None,
+                        data,
+                    }));
+                }
+            }
+        }
+        if let Some((_, p)) = at_version
+            .iter()
+            .find(|(_, p)| p.header.kind == PieceKind::Pointer)
+        {
+            let h = p.header;
+            if let Some(data) = self
+                .decode_member(&p.payload, h.set, h.index, version)
+                .await?
+            {
+                return Ok(Some(Resolved {
+                    mechanism: mechanism_of(&h).unwrap(),
+                    version,
+                    object_len: h.object_len,
+                    segment_count: h.segment_count,
+                    set: Some((h.set, h.index)),
+                    data,
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Reads a segment the careful way: every piece, newest decodable version (or `want`), and
+    /// repairs what it found wrong. `Ok(None)`: nothing of the object is stored.
+    pub(crate) async fn slow_segment(
+        &self,
+        key: &[u8],
+        segment: u32,
+        place: &Placement<'_>,
+        want: Option<u64>,
+    ) -> Result<Option<Resolved>> {
+        let scan = self.scan_segment(key, segment, place).await;
+        let nothing = scan.pieces.iter().all(|p| p.is_none()) && !scan.corrupt.iter().any(|&c| c);
+        if nothing {
+            if scan.unreadable.iter().any(|&u| u) && segment == 0 {
+                // Pieces may sit on the devices we cannot read.
+                let readable = scan.unreadable.iter().filter(|u| !**u).count();
+                if readable == 0 {
+                    return Err(RedundancyError::Lost {
+                        key: key.to_vec(),
+                        detail: "no device of its group can be read".into(),
+                    });
+                }
+            }
+            return Ok(None);
+        }
+        let versions = self.decodable_versions(&scan);
+        let candidates: Vec<u64> = match want {
+            Some(w) => versions.into_iter().filter(|&v| v == w).collect(),
+            None => versions,
+        };
+        for v in candidates {
+            if let Some(r) = self.decode_scan(&scan, v).await? {
+                if segment == 0 && r.segment_count > 1 && want.is_none() {
+                    // The object's version must be readable in every segment.
+                    return self.resolve_object(key, place, scan, r).await;
+                }
+                self.repair_segment(key, segment, place, &scan, &r).await;
+                return Ok(Some(r));
+            }
+        }
+        Err(RedundancyError::Lost {
+            key: key.to_vec(),
+            detail: format!(
+                "segment {segment}: {} valid, {} corrupt, {} unreadable pieces; no version{} has enough",
+                scan.pieces.iter().filter(|p| p.is_some()).count(),
+                scan.corrupt.iter().filter(|c| **c).count(),
+                scan.unreadable.iter().filter(|u| **u).count(),
+                want.map(|w| format!(" ({w})")).unwrap_or_default()
+            ),
+        })
+    }
+
+    /// Segment 0 of a multi-segment object resolved to `first`: checks every other segment can
+    /// produce the same version, else falls back to the newest version all segments can.
+    async fn resolve_object(
+        &self,
+        key: &[u8],
+        place: &Placement<'_>,
+        scan0: SegmentScan,
+        first: Resolved,
+    ) -> Result<Option<Resolved>> {
+        let mut common: BTreeSet<u64> = self.decodable_versions(&scan0).into_iter().collect();
+        let mut scans = vec![scan0];
+        for s in 1..first.segment_count {
+            let scan = self.scan_segment(key, s, place).await;
+            let v: BTreeSet<u64> = self.decodable_versions(&scan).into_iter().collect();
+            common = common.intersection(&v).copied().collect();
+            scans.push(scan);
+        }
+        for &v in common.iter().rev() {
+            if let Some(r0) = self.decode_scan(&scans[0], v).await? {
+                if r0.segment_count as usize > scans.len() {
+                    continue;
+                }
+                for (s, scan) in scans.iter().enumerate().skip(1) {
+                    if let Some(r) = self.decode_scan(scan, v).await? {
+                        self.repair_segment(key, s as u32, place, scan, &r).await;
+                    }
+                }
+                self.repair_segment(key, 0, place, &scans[0], &r0).await;
+                return Ok(Some(r0));
+            }
+        }
+        Err(RedundancyError::Lost {
+            key: key.to_vec(),
+            detail: format!(
+                "no version is readable in all {} segments",
+                first.segment_count
+            ),
+        })
+    }
+
+    /// Rewrites the pieces of a resolved segment that a scan found missing, corrupt or stale,
+    /// and deletes pieces past the mechanism's positions. Best effort.
+    pub(crate) async fn repair_segment(
+        &self,
+        key: &[u8],
+        segment: u32,
+        place: &Placement<'_>,
+        scan: &SegmentScan,
+        r: &Resolved,
+    ) -> usize {
+        let head = SegmentHead {
+            segment,
+            segment_count: r.segment_count,
+            object_len: r.object_len,
+            version: r.version,
+        };
+        let descriptor = match r.set {
+            None => None,
+            Some((set, _)) => {
+                let from_pointer = scan.pieces.iter().flatten().find(|p| {
+                    p.header.kind == PieceKind::Pointer
+                        && p.header.set == set
+                        && p.header.version == r.version
+                });
+                match from_pointer {
+                    Some(p) => Some(p.payload.clone()),
+                    None => self
+                        .find_descriptor(set, scan.devices.iter().copied())
+                        .await
+                        .map(|(_, b)| b),
+                }
+            }
+        };
+        let Ok(pieces) = self.pieces_of(r.mechanism, head, &r.data, r.set, descriptor.as_deref())
+        else {
+            return 0;
+        };
+        let skey = segment_key(key, segment);
+        let mut fixes: Vec<(usize, Option<&Vec<u8>>)> = Vec::new();
+        for (pos, bytes) in &pieces {
+            let good = scan.pieces[*pos].as_ref().is_some_and(|p| {
+                p.header.version == r.version
+                    && PieceHeader::decode(bytes)
+                        .is_ok_and(|(h, payload)| h == p.header && payload == p.payload.as_slice())
+            });
+            if !good && !scan.unreadable[*pos] {
+                fixes.push((*pos, Some(bytes)));
+            }
+        }
+        for pos in r.mechanism.pieces()..scan.pieces.len() {
+            if (scan.pieces[pos].is_some() || scan.corrupt[pos]) && !scan.unreadable[pos] {
+                fixes.push((pos, None));
+            }
+        }
+        if fixes.is_empty() {
+            return 0;
+        }
+        let count = fixes.len();
+        join_all(fixes.into_iter().map(|(pos, bytes)| {
+            let d = place.device(pos);
+            let skey = &skey;
+            async move {
+                let _ = match bytes {
+                    Some(b) => self.io.store(d, skey, b).await,
+                    None => self.io.delete(d, skey).await,
+                };
+            }
+        }))
+        .await;
+        self.io
+            .counters
+            .repairs
+            .fetch_add(count as u64, Ordering::Relaxed);
+        count
+    }
+}
+
+/// The payload length a whole-segment piece must have, from its header.
+pub(crate) fn expected_segment_len(h: &PieceHeader, segment_bytes: usize) -> Option<usize> {
+    let count = h.segment_count as u64;
+    if count == 0 || h.segment >= h.segment_count {
+        return None;
+    }
+    let seg = segment_bytes as u64;
+    let needed = h.object_len.div_ceil(seg).max(1);
+    if needed != count {
+        return None;
+    }
+    let start = h.segment as u64 * seg;
+    Some((h.object_len - start.min(h.object_len)).min(seg) as usize)
+}

@@ -1,0 +1,408 @@
+//! Reliability mechanisms and the policy that picks one per object (KVMD §3: standalone, hybrid,
+//! custom). Pure: the manager asks, these answer.
+
+use crate::error::{RedundancyError, Result};
+use railstore_ec::CodeId;
+use serde::Deserialize;
+use std::fmt;
+use std::time::Duration;
+
+/// How one object is protected (KVMD §3.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mechanism {
+    /// One copy on the key's primary device; no protection (RAID 0).
+    Hash,
+    /// r identical copies on r devices of the key's group.
+    Replicate {
+        /// Copies.
+        r: u8,
+    },
+    /// Each segment cut into k data shards plus m parity shards on k + m devices.
+    Split {
+        /// The erasure code.
+        code: CodeId,
+        /// Data shards.
+        k: u8,
+        /// Parity shards.
+        m: u8,
+    },
+    /// Whole objects from up to k devices coded together into m parity pieces.
+    Pack {
+        /// The erasure code.
+        code: CodeId,
+        /// Objects per set.
+        k: u8,
+        /// Parity pieces per set.
+        m: u8,
+    },
+}
+
+impl Mechanism {
+    /// Devices one segment occupies (the placement width it needs).
+    pub fn width(&self) -> usize {
+        match *self {
+            Mechanism::Hash => 1,
+            Mechanism::Replicate { r } => r as usize,
+            Mechanism::Split { k, m, .. } | Mechanism::Pack { k, m, .. } => (k + m) as usize,
+        }
+    }
+
+    /// Pieces that may be lost without losing the object.
+    pub fn tolerance(&self) -> usize {
+        match *self {
+            Mechanism::Hash => 0,
+            Mechanism::Replicate { r } => r as usize - 1,
+            Mechanism::Split { m, .. } | Mechanism::Pack { m, .. } => m as usize,
+        }
+    }
+
+    /// Parses `hash`, `rep3`, `split4+2`, `pack4+2` (Cauchy RS), with an optional `:vandermonde`.
+    pub fn parse(s: &str) -> Result<Mechanism> {
+        let bad = || {
+            RedundancyError::Config(format!(
+                "unknown mechanism {s:?}: expected hash, repR, splitK+M or packK+M \
+                 (optionally :cauchy or :vandermonde)"
+            ))
+        };
+        let (name, code) = match s.split_once(':') {
+            Some((n, "cauchy")) => (n, CodeId::CauchyRs),
+            Some((n, "vandermonde")) => (n, CodeId::VandermondeRs),
+            Some(_) => return Err(bad()),
+            None => (s, CodeId::CauchyRs),
+        };
+        let km = |rest: &str| -> Result<(u8, u8)> {
+            let (k, m) = rest.split_once('+').ok_or_else(bad)?;
+            Ok((k.parse().map_err(|_| bad())?, m.parse().map_err(|_| bad())?))
+        };
+        let mech = if name == "hash" {
+            Mechanism::Hash
+        } else if let Some(r) = name.strip_prefix("rep") {
+            Mechanism::Replicate {
+                r: r.parse().map_err(|_| bad())?,
+            }
+        } else if let Some(rest) = name.strip_prefix("split") {
+            let (k, m) = km(rest)?;
+            Mechanism::Split { code, k, m }
+        } else if let Some(rest) = name.strip_prefix("pack") {
+            let (k, m) = km(rest)?;
+            Mechanism::Pack { code, k, m }
+        } else {
+            return Err(bad());
+        };
+        mech.validate()?;
+        Ok(mech)
+    }
+
+    /// Rejects parameters that cannot work.
+    pub fn validate(&self) -> Result<()> {
+        match *self {
+            Mechanism::Hash => Ok(()),
+            Mechanism::Replicate { r } if (1..=16).contains(&r) => Ok(()),
+            Mechanism::Split { k, m, .. } | Mechanism::Pack { k, m, .. }
+                if k >= 1 && m >= 1 && (k as usize + m as usize) <= 64 =>
+            {
+                Ok(())
+            }
+            _ => Err(RedundancyError::Config(format!(
+                "{self}: need 1 <= r <= 16, or k >= 1, m >= 1 and k + m <= 64"
+            ))),
+        }
+    }
+
+    /// The mechanism's id byte in piece headers (KVMD Table 2's RM ID).
+    pub fn code_byte(&self) -> u8 {
+        match *self {
+            Mechanism::Split { code, .. } | Mechanism::Pack { code, .. } => code.as_u8(),
+            _ => 0,
+        }
+    }
+}
+
+impl fmt::Display for Mechanism {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let suffix = |code: &CodeId| match code {
+            CodeId::CauchyRs => "",
+            CodeId::VandermondeRs => ":vandermonde",
+        };
+        match self {
+            Mechanism::Hash => write!(f, "hash"),
+            Mechanism::Replicate { r } => write!(f, "rep{r}"),
+            Mechanism::Split { code, k, m } => write!(f, "split{k}+{m}{}", suffix(code)),
+            Mechanism::Pack { code, k, m } => write!(f, "pack{k}+{m}{}", suffix(code)),
+        }
+    }
+}
+
+/// Which mechanism protects a new object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Policy {
+    /// One mechanism for everything.
+    Standalone(Mechanism),
+    /// By value size: the first rule whose `max_bytes` is at least the object's length, else
+    /// `rest`.
+    Hybrid {
+        /// (largest object length, mechanism), ascending.
+        rules: Vec<(u64, Mechanism)>,
+        /// Mechanism for objects above every rule.
+        rest: Mechanism,
+    },
+}
+
+impl Policy {
+    /// The mechanism for an object of `len` bytes (custom mode passes its own and skips this).
+    pub fn choose(&self, len: u64) -> Mechanism {
+        match self {
+            Policy::Standalone(m) => *m,
+            Policy::Hybrid { rules, rest } => rules
+                .iter()
+                .find(|(max, _)| len <= *max)
+                .map(|(_, m)| *m)
+                .unwrap_or(*rest),
+        }
+    }
+
+    /// Every mechanism the policy can pick.
+    pub fn mechanisms(&self) -> Vec<Mechanism> {
+        match self {
+            Policy::Standalone(m) => vec![*m],
+            Policy::Hybrid { rules, rest } => {
+                rules.iter().map(|(_, m)| *m).chain([*rest]).collect()
+            }
+        }
+    }
+}
+
+/// The reliability manager's configuration, as read from its TOML file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ManagerConfig {
+    /// Mechanism choice.
+    pub policy: Policy,
+    /// How long a packing queue waits for k objects before packing fewer.
+    pub pack_wait: Duration,
+    /// Largest object accepted.
+    pub object_bytes_max: u64,
+    /// Entries in the metadata cache (0 disables it).
+    pub meta_cache_entries_max: usize,
+    /// Devices per redundancy group; `None` takes the widest mechanism of the policy. Set it
+    /// wider to allow wider custom mechanisms per store.
+    pub layout_width: Option<usize>,
+    /// Rounds of redundancy groups per device when N > width (see `placement`).
+    pub layout_rounds: usize,
+    /// Seed of the placement layout.
+    pub layout_seed: u64,
+}
+
+impl Default for ManagerConfig {
+    fn default() -> Self {
+        ManagerConfig {
+            policy: Policy::Standalone(Mechanism::Replicate { r: 3 }),
+            pack_wait: Duration::from_millis(2),
+            object_bytes_max: 1 << 30,
+            meta_cache_entries_max: 1 << 20,
+            layout_width: None,
+            layout_rounds: 4,
+            layout_seed: 0x5241_494c,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    mode: String,
+    mechanism: Option<String>,
+    #[serde(default)]
+    hybrid: Vec<HybridRule>,
+    pack_wait_ms: Option<f64>,
+    object_bytes_max: Option<u64>,
+    meta_cache_entries_max: Option<usize>,
+    layout_width: Option<usize>,
+    layout_rounds: Option<usize>,
+    layout_seed: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HybridRule {
+    max_bytes: Option<u64>,
+    mechanism: String,
+}
+
+impl ManagerConfig {
+    /// The width a placement layout needs for every mechanism of the policy.
+    pub fn width(&self) -> usize {
+        let widest = self
+            .policy
+            .mechanisms()
+            .iter()
+            .map(Mechanism::width)
+            .max()
+            .unwrap_or(1);
+        self.layout_width.unwrap_or(widest)
+    }
+
+    /// Parses the TOML configuration (see `docs/redundancy.md`):
+    ///
+    /// ```toml
+    /// mode = "hybrid"            # or "standalone" with mechanism = "split4+2"
+    /// pack_wait_ms = 2
+    /// [[hybrid]]
+    /// max_bytes = 4096
+    /// mechanism = "rep3"
+    /// [[hybrid]]
+    /// mechanism = "split4+2"     # no max_bytes: everything larger
+    /// ```
+    pub fn from_toml(text: &str) -> Result<ManagerConfig> {
+        let f: ConfigFile =
+            toml::from_str(text).map_err(|e| RedundancyError::Config(e.to_string()))?;
+        let policy = match f.mode.as_str() {
+            "standalone" => {
+                let m = f.mechanism.as_deref().ok_or_else(|| {
+                    RedundancyError::Config("standalone mode needs `mechanism`".into())
+                })?;
+                if !f.hybrid.is_empty() {
+                    return Err(RedundancyError::Config(
+                        "standalone mode takes no [[hybrid]] rules".into(),
+                    ));
+                }
+                Policy::Standalone(Mechanism::parse(m)?)
+            }
+            "hybrid" => {
+                let mut rules = Vec::new();
+                let mut rest = None;
+                for (i, r) in f.hybrid.iter().enumerate() {
+                    let mech = Mechanism::parse(&r.mechanism)?;
+                    match r.max_bytes {
+                        Some(max) => {
+                            if rest.is_some() {
+                                return Err(RedundancyError::Config(format!(
+                                    "hybrid rule {i}: only the last rule may omit max_bytes"
+                                )));
+                            }
+                            if rules.last().is_some_and(|(prev, _)| *prev >= max) {
+                                return Err(RedundancyError::Config(format!(
+                                    "hybrid rule {i}: max_bytes must increase"
+                                )));
+                            }
+                            rules.push((max, mech));
+                        }
+                        None => rest = Some(mech),
+                    }
+                }
+                let rest = rest.ok_or_else(|| {
+                    RedundancyError::Config(
+                        "hybrid mode needs a last [[hybrid]] rule without max_bytes".into(),
+                    )
+                })?;
+                if f.mechanism.is_some() {
+                    return Err(RedundancyError::Config(
+                        "hybrid mode takes [[hybrid]] rules, not `mechanism`".into(),
+                    ));
+                }
+                Policy::Hybrid { rules, rest }
+            }
+            other => {
+                return Err(RedundancyError::Config(format!(
+                    "mode {other:?}: expected \"standalone\" or \"hybrid\" (custom mode is a \
+                     per-store mechanism on top of either)"
+                )))
+            }
+        };
+        let d = ManagerConfig::default();
+        let pack_wait = match f.pack_wait_ms {
+            Some(ms) if ms.is_finite() && ms >= 0.0 => Duration::from_secs_f64(ms / 1000.0),
+            Some(ms) => {
+                return Err(RedundancyError::Config(format!(
+                    "pack_wait_ms {ms} must be >= 0"
+                )))
+            }
+            None => d.pack_wait,
+        };
+        Ok(ManagerConfig {
+            policy,
+            pack_wait,
+            object_bytes_max: f.object_bytes_max.unwrap_or(d.object_bytes_max),
+            meta_cache_entries_max: f.meta_cache_entries_max.unwrap_or(d.meta_cache_entries_max),
+            layout_width: f.layout_width,
+            layout_rounds: f.layout_rounds.unwrap_or(d.layout_rounds),
+            layout_seed: f.layout_seed.unwrap_or(d.layout_seed),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for s in [
+            "hash",
+            "rep3",
+            "rep1",
+            "split4+2",
+            "pack4+2",
+            "split10+4:vandermonde",
+        ] {
+            assert_eq!(Mechanism::parse(s).unwrap().to_string(), s);
+        }
+        for bad in [
+            "",
+            "rep",
+            "rep0",
+            "split4",
+            "split0+2",
+            "pack4+0",
+            "raid5",
+            "split4+2:x",
+        ] {
+            assert!(Mechanism::parse(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn hybrid_config_picks_by_size() {
+        let c = ManagerConfig::from_toml(
+            r#"
+            mode = "hybrid"
+            pack_wait_ms = 5
+            [[hybrid]]
+            max_bytes = 4096
+            mechanism = "rep3"
+            [[hybrid]]
+            max_bytes = 65536
+            mechanism = "pack4+2"
+            [[hybrid]]
+            mechanism = "split4+2"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.policy.choose(0), Mechanism::parse("rep3").unwrap());
+        assert_eq!(c.policy.choose(4096), Mechanism::parse("rep3").unwrap());
+        assert_eq!(c.policy.choose(4097), Mechanism::parse("pack4+2").unwrap());
+        assert_eq!(
+            c.policy.choose(1 << 20),
+            Mechanism::parse("split4+2").unwrap()
+        );
+        assert_eq!(c.pack_wait, Duration::from_millis(5));
+        assert_eq!(c.width(), 6);
+    }
+
+    #[test]
+    fn bad_configs_say_why() {
+        for (text, needle) in [
+            ("mode = \"raid\"", "expected"),
+            ("mode = \"standalone\"", "needs `mechanism`"),
+            ("mode = \"hybrid\"", "without max_bytes"),
+            (
+                "mode = \"hybrid\"\n[[hybrid]]\nmax_bytes = 9\nmechanism = \"rep3\"\n[[hybrid]]\nmax_bytes = 5\nmechanism = \"rep2\"\n[[hybrid]]\nmechanism = \"hash\"",
+                "must increase",
+            ),
+            ("mode = \"standalone\"\nmechanism = \"split0+1\"", "k >= 1"),
+            ("mode = \"standalone\"\nmechanism = \"hash\"\ncolour = 3", "unknown field"),
+        ] {
+            let e = ManagerConfig::from_toml(text).unwrap_err().to_string();
+            assert!(e.contains(needle), "{text}: {e}");
+        }
+    }
+}

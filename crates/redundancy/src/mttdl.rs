@@ -1,0 +1,1 @@
+//! KVMD §5.1 reliability model (in progress).

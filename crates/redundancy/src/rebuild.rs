@@ -1,0 +1,290 @@
+//! Rebuild of a failed device onto a replacement (KVMD §3.1 "Rebuild Device") and scrub. Both
+//! walk the keys the devices hold, so their cost follows live data, not capacity.
+
+use crate::error::{RedundancyError, Result};
+use crate::format::{parse_device_key, DeviceKey};
+use crate::manager::{Inner, Manager};
+use futures_util::stream::{self, StreamExt};
+use railstore_device::{Device, IterRequest};
+use std::collections::{BTreeSet, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How hard a rebuild or scrub may push the devices.
+#[derive(Debug, Clone, Copy)]
+pub struct RepairOptions {
+    /// Objects or sets repaired at once (foreground work keeps the rest of each device's
+    /// queue).
+    pub concurrency: usize,
+    /// Most bytes per second written by the repair; `None` for no limit.
+    pub write_bytes_per_s_max: Option<u64>,
+}
+
+impl Default for RepairOptions {
+    fn default() -> Self {
+        RepairOptions {
+            concurrency: 16,
+            write_bytes_per_s_max: None,
+        }
+    }
+}
+
+/// Progress of a rebuild or scrub, readable while it runs (for a progress bar and metrics).
+#[derive(Debug, Default)]
+pub struct RepairProgress {
+    /// Device keys listed so far.
+    pub keys_listed: AtomicU64,
+    /// Objects and sets to check, once listing is done.
+    pub items_total: AtomicU64,
+    /// Objects and sets checked.
+    pub items_done: AtomicU64,
+    /// Pieces rewritten or deleted.
+    pub pieces_repaired: AtomicU64,
+    /// Bytes written to devices.
+    pub bytes_written: AtomicU64,
+}
+
+/// What a rebuild or scrub found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RepairReport {
+    /// Objects checked.
+    pub objects: u64,
+    /// Objects that needed at least one piece rewritten.
+    pub objects_repaired: u64,
+    /// Objects that cannot be read back (more lost than their mechanism tolerates).
+    pub objects_lost: Vec<Vec<u8>>,
+    /// Packing sets checked.
+    pub sets: u64,
+    /// Sets with a piece rewritten.
+    pub sets_repaired: u64,
+    /// Sets whose members were all dead and were deleted.
+    pub sets_reclaimed: u64,
+    /// Sets that cannot be completed.
+    pub sets_lost: u64,
+    /// Pieces rewritten or deleted.
+    pub pieces_repaired: u64,
+    /// Bytes written.
+    pub bytes_written: u64,
+    /// Wall (or virtual) time taken.
+    pub elapsed: Duration,
+}
+
+impl Manager {
+    /// Replaces failed device `device` with `replacement` and regenerates everything it held
+    /// from the devices that share redundancy groups with it. Reads avoid the device until the
+    /// rebuild ends; writes reach it at once.
+    pub async fn rebuild(
+        &self,
+        device: usize,
+        replacement: Arc<dyn Device>,
+        options: RepairOptions,
+        progress: Arc<RepairProgress>,
+    ) -> Result<RepairReport> {
+        let inner = &self.inner;
+        if device >= inner.io.len() {
+            return Err(RedundancyError::NoSuchDevice {
+                index: device,
+                devices: inner.io.len(),
+            });
+        }
+        inner.io.replace(device, replacement);
+        let mut peers: BTreeSet<usize> = BTreeSet::new();
+        for g in inner.layout.groups_of(device) {
+            peers.extend(inner.layout.group(g));
+        }
+        peers.remove(&device);
+        let report = inner
+            .repair(
+                peers.into_iter().collect(),
+                Some(device),
+                options,
+                &progress,
+            )
+            .await?;
+        inner.io.finish_rebuild(device);
+        Ok(report)
+    }
+
+    /// Verifies every object and set on every healthy device, repairs what is wrong, and
+    /// reclaims packing sets whose members are all dead. Run after an unclean shutdown to roll
+    /// incomplete writes forward or back.
+    pub async fn scrub(
+        &self,
+        options: RepairOptions,
+        progress: Arc<RepairProgress>,
+    ) -> Result<RepairReport> {
+        let inner = &self.inner;
+        let all = (0..inner.io.len())
+            .filter(|&d| !inner.io.is_failed(d))
+            .collect();
+        inner.repair(all, None, options, &progress).await
+    }
+}
+
+enum Item {
+    Object(Vec<u8>),
+    Set(u64, usize),
+}
+
+impl Inner {
+    async fn repair(
+        &self,
+        walk: Vec<usize>,
+        target: Option<usize>,
+        options: RepairOptions,
+        progress: &RepairProgress,
+    ) -> Result<RepairReport> {
+        let started = Instant::now();
+        let mut objects: HashSet<Vec<u8>> = HashSet::new();
+        let mut sets: HashSet<u64> = HashSet::new();
+        let mut set_items: Vec<(u64, usize)> = Vec::new();
+        for &d in &walk {
+            let mut req = IterRequest {
+                prefix: Vec::new(),
+                start_after: None,
+                entries_max: 4096,
+                with_values: false,
+            };
+            loop {
+                let batch = self
+                    .io
+                    .iterate(d, &req)
+                    .await
+                    .map_err(|source| RedundancyError::Device { device: d, source })?;
+                progress
+                    .keys_listed
+                    .fetch_add(batch.entries.len() as u64, Ordering::Relaxed);
+                for e in &batch.entries {
+                    match parse_device_key(&e.key) {
+                        Some(DeviceKey::Segment { user_key, .. }) => {
+                            let relevant = target.is_none_or(|t| {
+                                self.layout.place(&user_key).devices().any(|x| x == t)
+                            });
+                            if relevant && !objects.contains(&user_key) {
+                                objects.insert(user_key);
+                            }
+                        }
+                        Some(DeviceKey::Set { set, .. }) if sets.insert(set) => {
+                            set_items.push((set, d));
+                        }
+                        _ => {}
+                    }
+                }
+                if !batch.more {
+                    break;
+                }
+                req.start_after = batch.entries.last().map(|e| e.key.clone());
+            }
+        }
+        let mut objects: Vec<Vec<u8>> = objects.into_iter().collect();
+        objects.sort();
+        progress
+            .items_total
+            .store((objects.len() + set_items.len()) as u64, Ordering::Relaxed);
+        let written0 = self.io.counters.store_bytes.load(Ordering::Relaxed);
+        let report = std::sync::Mutex::new(RepairReport::default());
+        // Objects first, all of them: a live packed member is back on its device before any
+        // set is checked, so no set mistakes it for a dead one and reclaims it.
+        let run_items = |items: Vec<Item>| {
+            let report = &report;
+            stream::iter(items).for_each_concurrent(
+                options.concurrency.max(1),
+                move |item| async move {
+                    let before = self.io.counters.repairs.load(Ordering::Relaxed);
+                    match item {
+                        Item::Object(key) => {
+                            let outcome = self.heal_object(&key).await;
+                            let repaired =
+                                self.io.counters.repairs.load(Ordering::Relaxed) > before;
+                            let mut r = report.lock().unwrap();
+                            r.objects += 1;
+                            match outcome {
+                                Ok(_) => r.objects_repaired += u64::from(repaired),
+                                Err(_) => r.objects_lost.push(key),
+                            }
+                        }
+                        Item::Set(set, found_on) => {
+                            let outcome = self.heal_set_by_id(set, found_on, target).await;
+                            let mut r = report.lock().unwrap();
+                            r.sets += 1;
+                            match outcome {
+                                Some((n, reclaimed, lost)) => {
+                                    r.sets_repaired += u64::from(n > 0);
+                                    r.sets_reclaimed += u64::from(reclaimed);
+                                    r.sets_lost += u64::from(lost);
+                                }
+                                None => r.sets_lost += 1,
+                            }
+                        }
+                    }
+                    let after = self.io.counters.repairs.load(Ordering::Relaxed);
+                    progress
+                        .pieces_repaired
+                        .fetch_add(after.saturating_sub(before), Ordering::Relaxed);
+                    progress.items_done.fetch_add(1, Ordering::Relaxed);
+                    let written = self.io.counters.store_bytes.load(Ordering::Relaxed) - written0;
+                    progress.bytes_written.store(written, Ordering::Relaxed);
+                    if let Some(max) = options.write_bytes_per_s_max.filter(|m| *m > 0) {
+                        let due = Duration::from_secs_f64(written as f64 / max as f64);
+                        let now = started.elapsed();
+                        if due > now {
+                            tokio::time::sleep(due - now).await;
+                        }
+                    }
+                },
+            )
+        };
+        run_items(objects.into_iter().map(Item::Object).collect()).await;
+        run_items(
+            set_items
+                .into_iter()
+                .map(|(s, d)| Item::Set(s, d))
+                .collect(),
+        )
+        .await;
+        let mut r = report.into_inner().unwrap();
+        r.pieces_repaired = progress.pieces_repaired.load(Ordering::Relaxed);
+        r.bytes_written = self.io.counters.store_bytes.load(Ordering::Relaxed) - written0;
+        r.elapsed = started.elapsed();
+        r.objects_lost.sort();
+        Ok(r)
+    }
+
+    /// Resolves an object from all its pieces and rewrites what is missing, corrupt or stale.
+    /// `Ok(false)`: nothing of it is stored.
+    pub(crate) async fn heal_object(&self, key: &[u8]) -> Result<bool> {
+        let _guard = self.lock(key).await;
+        let place = self.layout.place(key);
+        let found = self.slow_segment(key, 0, &place, None).await?;
+        if found.is_none() {
+            self.forget(key);
+        }
+        Ok(found.is_some())
+    }
+
+    async fn heal_set_by_id(
+        &self,
+        set: u64,
+        found_on: usize,
+        target: Option<usize>,
+    ) -> Option<(usize, bool, bool)> {
+        // Descriptor copies live on devices of the same group as the device the set was seen on.
+        let mut candidates: Vec<usize> = vec![found_on];
+        for g in self.layout.groups_of(found_on) {
+            candidates.extend(self.layout.group(g));
+        }
+        candidates.dedup();
+        let (desc, _) = self.find_descriptor(set, candidates.into_iter()).await?;
+        if let Some(t) = target {
+            let involved = desc.parity_devices.iter().any(|&d| d as usize == t)
+                || desc.descriptor_devices.iter().any(|&d| d as usize == t)
+                || desc.members.iter().any(|m| m.device as usize == t);
+            if !involved {
+                return Some((0, false, false));
+            }
+        }
+        self.heal_set(set, &desc).await.ok()
+    }
+}

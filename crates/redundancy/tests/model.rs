@@ -1,0 +1,610 @@
+//! Model-based tests: random operations on the reliability manager compared with a `BTreeMap`,
+//! for every mechanism and mode, with faults injected up to and beyond each mechanism's
+//! tolerance, and rebuild of a destroyed device.
+
+#![allow(clippy::map_entry)] // the model mirrors the manager call by call
+
+use railstore_device::{
+    iterate_all, Device, FaultConfig, FaultyDevice, Limits, MemConfig, MemDevice, ReadRange,
+    StoreMode,
+};
+use railstore_redundancy::format::PieceHeader;
+use railstore_redundancy::{
+    Manager, ManagerConfig, Mechanism, Policy, RedundancyError, RepairOptions, RepairProgress,
+};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Small device values so objects above ~8 KiB are cut into segments.
+const VALUE_BYTES_MAX: usize = 8 << 10;
+
+struct Array {
+    mems: Vec<Arc<MemDevice>>,
+    faulty: Vec<Arc<FaultyDevice>>,
+}
+
+fn mem() -> Arc<MemDevice> {
+    Arc::new(
+        MemDevice::new(MemConfig {
+            capacity_bytes: 1 << 30,
+            limits: Limits {
+                value_bytes_max: VALUE_BYTES_MAX,
+                ..Limits::default()
+            },
+            queue_depth_max: 64,
+        })
+        .unwrap(),
+    )
+}
+
+fn array(n: usize, seed: u64) -> Array {
+    let mems: Vec<Arc<MemDevice>> = (0..n).map(|_| mem()).collect();
+    let faulty = mems
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            Arc::new(FaultyDevice::new(
+                m.clone(),
+                FaultConfig {
+                    seed: seed + i as u64,
+                    transient_error_prob: 0.01,
+                    ..FaultConfig::default()
+                },
+            ))
+        })
+        .collect();
+    Array { mems, faulty }
+}
+
+fn config(policy: Policy) -> ManagerConfig {
+    ManagerConfig {
+        policy,
+        pack_wait: Duration::from_millis(1),
+        ..ManagerConfig::default()
+    }
+}
+
+fn policies() -> Vec<(&'static str, Policy)> {
+    let m = |s| Mechanism::parse(s).unwrap();
+    vec![
+        ("hash", Policy::Standalone(m("hash"))),
+        ("rep3", Policy::Standalone(m("rep3"))),
+        ("split4+2", Policy::Standalone(m("split4+2"))),
+        ("split3+3", Policy::Standalone(m("split3+3:vandermonde"))),
+        ("pack4+2", Policy::Standalone(m("pack4+2"))),
+        (
+            "hybrid",
+            Policy::Hybrid {
+                rules: vec![(256, m("rep3")), (6000, m("pack4+2"))],
+                rest: m("split4+2"),
+            },
+        ),
+    ]
+}
+
+async fn open(a: &Array, policy: Policy) -> Manager {
+    open_with(a, config(policy)).await
+}
+
+async fn open_with(a: &Array, cfg: ManagerConfig) -> Manager {
+    let devs: Vec<Arc<dyn Device>> = a
+        .faulty
+        .iter()
+        .map(|f| f.clone() as Arc<dyn Device>)
+        .collect();
+    Manager::open(devs, cfg).await.unwrap()
+}
+
+fn value(rng: &mut ChaCha8Rng) -> Vec<u8> {
+    let len = match rng.gen_range(0..10) {
+        0 => 0,
+        1..=4 => rng.gen_range(1..300),
+        5..=7 => rng.gen_range(300..7000),
+        _ => rng.gen_range(7000..40_000),
+    };
+    let mut v = vec![0u8; len];
+    rng.fill(v.as_mut_slice());
+    v
+}
+
+fn key(rng: &mut ChaCha8Rng) -> Vec<u8> {
+    format!("obj/{}", rng.gen_range(0..60)).into_bytes()
+}
+
+/// Runs `ops` random operations, checking each answer against the model.
+async fn random_ops(
+    m: &Manager,
+    model: &mut BTreeMap<Vec<u8>, Vec<u8>>,
+    rng: &mut ChaCha8Rng,
+    ops: usize,
+    seed: u64,
+) {
+    for i in 0..ops {
+        let k = key(rng);
+        match rng.gen_range(0..100) {
+            0..=44 => {
+                let v = value(rng);
+                m.put(&k, &v, StoreMode::Upsert, None)
+                    .await
+                    .unwrap_or_else(|e| panic!("seed {seed} op {i} put: {e}"));
+                model.insert(k, v);
+            }
+            45..=49 => {
+                let v = value(rng);
+                let r = m.put(&k, &v, StoreMode::InsertOnly, None).await;
+                if model.contains_key(&k) {
+                    assert!(
+                        matches!(r, Err(RedundancyError::Exists { .. })),
+                        "seed {seed} op {i}: {r:?}"
+                    );
+                } else {
+                    r.unwrap();
+                    model.insert(k, v);
+                }
+            }
+            50..=54 => {
+                let v = value(rng);
+                let r = m.put(&k, &v, StoreMode::UpdateOnly, None).await;
+                if model.contains_key(&k) {
+                    r.unwrap();
+                    model.insert(k, v);
+                } else {
+                    assert!(
+                        matches!(r, Err(RedundancyError::NotFound { .. })),
+                        "seed {seed} op {i}: {r:?}"
+                    );
+                }
+            }
+            55..=84 => {
+                let r = m.get(&k, ReadRange::ALL).await;
+                match model.get(&k) {
+                    Some(v) => {
+                        let (got, len) =
+                            r.unwrap_or_else(|e| panic!("seed {seed} op {i} get: {e}"));
+                        assert_eq!(len, v.len() as u64);
+                        assert!(got == *v, "seed {seed} op {i}: wrong bytes for {k:?}");
+                        if !v.is_empty() {
+                            let off = rng.gen_range(0..v.len()) as u64;
+                            let n = rng.gen_range(0..20_000u64);
+                            let (part, _) = m
+                                .get(
+                                    &k,
+                                    ReadRange {
+                                        offset: off,
+                                        len: Some(n),
+                                    },
+                                )
+                                .await
+                                .unwrap();
+                            let end = (off + n).min(v.len() as u64) as usize;
+                            assert!(
+                                part == v[off as usize..end],
+                                "seed {seed} op {i}: wrong range"
+                            );
+                        }
+                    }
+                    None => assert!(
+                        matches!(r, Err(RedundancyError::NotFound { .. })),
+                        "seed {seed} op {i}: {r:?}"
+                    ),
+                }
+            }
+            _ => {
+                let existed = m.delete(&k).await.unwrap();
+                assert_eq!(
+                    existed,
+                    model.remove(&k).is_some(),
+                    "seed {seed} op {i} delete"
+                );
+            }
+        }
+    }
+}
+
+async fn check_all(m: &Manager, model: &BTreeMap<Vec<u8>, Vec<u8>>, what: &str) {
+    for (k, v) in model {
+        let (got, _) = m
+            .get(k, ReadRange::ALL)
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {k:?}: {e}"));
+        assert!(got == *v, "{what}: wrong bytes for {k:?}");
+    }
+    let listed: Vec<Vec<u8>> = iterate_all(m, b"", false)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.key)
+        .collect();
+    assert_eq!(
+        listed,
+        model.keys().cloned().collect::<Vec<_>>(),
+        "{what}: listing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_mechanism_matches_a_btreemap() {
+    for (name, policy) in policies() {
+        for n in [6, 12] {
+            let seed = 1000 + n as u64;
+            let a = array(n, seed);
+            let m = open(&a, policy.clone()).await;
+            let mut model = BTreeMap::new();
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            random_ops(&m, &mut model, &mut rng, 400, seed).await;
+            check_all(&m, &model, &format!("{name} on {n} devices")).await;
+            // A fresh manager over the same devices (cold metadata cache) finds everything.
+            drop(m);
+            let m = open(&a, policy.clone()).await;
+            check_all(&m, &model, &format!("{name} on {n} devices, reopened")).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_mechanism_per_store_overrides_the_policy() {
+    let a = array(6, 7);
+    let rep3 = config(Policy::Standalone(Mechanism::parse("rep3").unwrap()));
+    let cfg = ManagerConfig {
+        layout_width: Some(6),
+        ..rep3
+    };
+    let m = open_with(&a, cfg.clone()).await;
+    let split = Mechanism::parse("split4+2").unwrap();
+    m.put(b"big", &[7u8; 10_000], StoreMode::Upsert, Some(split))
+        .await
+        .unwrap();
+    m.put(b"small", b"x", StoreMode::Upsert, None)
+        .await
+        .unwrap();
+    let fresh = open_with(&a, cfg).await;
+    assert_eq!(fresh.meta(b"big").await.unwrap().unwrap().mechanism, split);
+    assert_eq!(
+        fresh.meta(b"small").await.unwrap().unwrap().mechanism,
+        Mechanism::Replicate { r: 3 }
+    );
+    // Switching mechanism on overwrite leaves no stale pieces behind.
+    m.put(
+        b"big",
+        b"now small",
+        StoreMode::Upsert,
+        Some(Mechanism::Hash),
+    )
+    .await
+    .unwrap();
+    let pieces: usize = {
+        let mut n = 0;
+        for d in &a.mems {
+            n += iterate_all(d.as_ref(), b"", false)
+                .await
+                .unwrap()
+                .iter()
+                .filter(|e| e.key.ends_with(b"big"))
+                .count();
+        }
+        n
+    };
+    assert_eq!(pieces, 1);
+    let too_wide = Mechanism::parse("split6+3").unwrap();
+    assert!(matches!(
+        m.put(b"k", b"v", StoreMode::Upsert, Some(too_wide)).await,
+        Err(RedundancyError::Config(_))
+    ));
+    assert!(matches!(
+        m.get(b"k", ReadRange::ALL).await,
+        Err(RedundancyError::NotFound { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_clear_errors_and_changes_nothing() {
+    let a = array(6, 9);
+    let m = open(
+        &a,
+        Policy::Standalone(Mechanism::parse("split4+2").unwrap()),
+    )
+    .await;
+    let long = vec![b'k'; m.key_bytes_max() + 1];
+    assert!(matches!(
+        m.put(&long, b"v", StoreMode::Upsert, None).await,
+        Err(RedundancyError::KeyLength { .. })
+    ));
+    assert!(matches!(
+        m.put(b"", b"v", StoreMode::Upsert, None).await,
+        Err(RedundancyError::KeyLength { .. })
+    ));
+    m.put(b"k", b"hello", StoreMode::Upsert, None)
+        .await
+        .unwrap();
+    assert!(matches!(
+        m.get(
+            b"k",
+            ReadRange {
+                offset: 6,
+                len: None
+            }
+        )
+        .await,
+        Err(RedundancyError::Offset { offset: 6, len: 5 })
+    ));
+    for d in &a.mems {
+        assert!(iterate_all(d.as_ref(), b"", false)
+            .await
+            .unwrap()
+            .iter()
+            .all(|e| !e.key.ends_with(&long)));
+    }
+    let cfg_err = Manager::open(
+        a.faulty
+            .iter()
+            .take(4)
+            .map(|f| f.clone() as Arc<dyn Device>)
+            .collect(),
+        config(Policy::Standalone(Mechanism::parse("split4+2").unwrap())),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        cfg_err.to_string().contains("cannot hold groups of 6"),
+        "{cfg_err}"
+    );
+}
+
+/// Overwrites up to `tolerance` pieces of every object with garbage, directly on the devices.
+async fn corrupt_pieces(
+    a: &Array,
+    m: &Manager,
+    model: &BTreeMap<Vec<u8>, Vec<u8>>,
+    rng: &mut ChaCha8Rng,
+) -> Vec<(usize, Vec<u8>)> {
+    let mut hit = Vec::new();
+    for k in model.keys() {
+        let meta = m.meta(k).await.unwrap().unwrap();
+        let tol = meta.mechanism.tolerance();
+        let place = m.layout().place(k);
+        let mut positions: Vec<usize> = (0..meta.mechanism.pieces()).collect();
+        for _ in 0..tol {
+            let pos = positions.remove(rng.gen_range(0..positions.len()));
+            let d = place.device(pos);
+            let mut dkey = vec![b'o'];
+            dkey.extend_from_slice(k);
+            if let Ok(r) = a.mems[d].retrieve(&dkey, ReadRange::ALL).await {
+                let mut bad = r.value;
+                let at = rng.gen_range(0..bad.len());
+                bad[at] ^= 0x40;
+                a.mems[d]
+                    .store(&dkey, &bad, StoreMode::Upsert)
+                    .await
+                    .unwrap();
+                hit.push((d, dkey));
+            }
+        }
+    }
+    hit
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_heal_faults_within_tolerance_and_never_return_wrong_data_beyond() {
+    for (name, policy) in policies() {
+        let seed = 77;
+        let a = array(6, seed);
+        let m = open(&a, policy.clone()).await;
+        let mut model = BTreeMap::new();
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        random_ops(&m, &mut model, &mut rng, 250, seed).await;
+
+        // Silent corruption within tolerance: reads return the right bytes and rewrite the bad piece.
+        let hit = corrupt_pieces(&a, &m, &model, &mut rng).await;
+        let fresh = open(&a, policy.clone()).await;
+        check_all(&fresh, &model, &format!("{name} with corrupt pieces")).await;
+        // Reads verify what they read; scrub finds the copies no read touched.
+        let report = fresh
+            .scrub(
+                RepairOptions::default(),
+                Arc::new(RepairProgress::default()),
+            )
+            .await
+            .unwrap();
+        assert!(report.objects_lost.is_empty(), "{name}: {report:?}");
+        for (d, dkey) in &hit {
+            if let Ok(r) = a.mems[*d].retrieve(dkey, ReadRange::ALL).await {
+                assert!(
+                    PieceHeader::decode(&r.value).is_ok(),
+                    "{name}: corrupt piece on device {d} not rewritten"
+                );
+            }
+        }
+
+        // Whole devices lost, as many as the mechanism tolerates, all in one group.
+        let tol = policy
+            .mechanisms()
+            .iter()
+            .map(|m| m.tolerance())
+            .min()
+            .unwrap();
+        let first = model.keys().next().unwrap().clone();
+        let group: Vec<usize> = m.layout().place(&first).devices().collect();
+        for &d in &group[..tol] {
+            a.faulty[d].fail_stop();
+        }
+        let fresh = open(&a, policy.clone()).await;
+        check_all(&fresh, &model, &format!("{name} with {tol} devices failed")).await;
+
+        // One more than tolerated: every answer is right or a clear error.
+        a.faulty[group[tol]].fail_stop();
+        let fresh = open(&a, policy.clone()).await;
+        let mut errors = 0;
+        for (k, v) in &model {
+            match fresh.get(k, ReadRange::ALL).await {
+                Ok((got, _)) => assert!(got == *v, "{name}: wrong data beyond tolerance for {k:?}"),
+                Err(RedundancyError::Lost { .. }) | Err(RedundancyError::NotFound { .. }) => {
+                    errors += 1
+                }
+                Err(e) => panic!("{name}: unexpected error {e}"),
+            }
+        }
+        assert!(
+            errors > 0 || model.is_empty(),
+            "{name}: losing {} devices should lose something",
+            tol + 1
+        );
+    }
+}
+
+async fn contents(d: &MemDevice) -> Vec<(Vec<u8>, Vec<u8>)> {
+    iterate_all(d, b"", true)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.key, e.value.unwrap()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebuild_regenerates_exactly_what_the_lost_device_held() {
+    for (name, policy) in policies().into_iter().filter(|(n, _)| *n != "hash") {
+        for n in [6, 12] {
+            let seed = 300 + n as u64;
+            let a = array(n, seed);
+            let m = open(&a, policy.clone()).await;
+            let mut model = BTreeMap::new();
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            random_ops(&m, &mut model, &mut rng, 300, seed).await;
+            // Scrub first so sets whose members are all dead are gone: a rebuild regenerates live
+            // data only.
+            m.scrub(
+                RepairOptions::default(),
+                Arc::new(RepairProgress::default()),
+            )
+            .await
+            .unwrap();
+            let victim = 1;
+            let before = contents(&a.mems[victim]).await;
+            a.faulty[victim].fail_stop();
+            // Degraded reads still work, and writes during degradation reach the replacement.
+            check_all(&m, &model, &format!("{name}/{n} degraded")).await;
+            let replacement = mem();
+            let progress = Arc::new(RepairProgress::default());
+            let report = m
+                .rebuild(
+                    victim,
+                    replacement.clone(),
+                    RepairOptions::default(),
+                    progress.clone(),
+                )
+                .await
+                .unwrap();
+            assert!(
+                report.objects_lost.is_empty(),
+                "{name}/{n}: lost {:?}",
+                report.objects_lost
+            );
+            assert_eq!(
+                progress
+                    .items_done
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                report.objects + report.sets
+            );
+            let after = contents(&replacement).await;
+            if before != after {
+                let missing: Vec<String> = before
+                    .iter()
+                    .filter(|e| !after.contains(e))
+                    .take(8)
+                    .map(|(k, _)| String::from_utf8_lossy(k).into_owned())
+                    .collect();
+                let extra: Vec<String> = after
+                    .iter()
+                    .filter(|e| !before.contains(e))
+                    .take(8)
+                    .map(|(k, _)| String::from_utf8_lossy(k).into_owned())
+                    .collect();
+                panic!("{name}/{n}: rebuilt device differs: {} keys before, {} after; missing {missing:?}, extra {extra:?}; {report:?}", before.len(), after.len());
+            }
+            check_all(&m, &model, &format!("{name}/{n} rebuilt")).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn packing_updates_keep_old_sets_decodable_and_scrub_reclaims_dead_sets() {
+    let a = array(6, 5);
+    let pack = Policy::Standalone(Mechanism::parse("pack4+2").unwrap());
+    let m = open(&a, pack.clone()).await;
+    let mut model = BTreeMap::new();
+    // Concurrent inserts fill sets of four.
+    let mut tasks = Vec::new();
+    for i in 0..40u32 {
+        let m = m.clone();
+        let v = vec![i as u8; 1000 + i as usize * 37];
+        model.insert(format!("p{i}").into_bytes(), v.clone());
+        tasks.push(tokio::spawn(async move {
+            m.put(format!("p{i}").as_bytes(), &v, StoreMode::Upsert, None)
+                .await
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    // Update or delete half the members: their old bytes stay with their sets.
+    for i in (0..40u32).step_by(2) {
+        let k = format!("p{i}").into_bytes();
+        if i % 4 == 0 {
+            m.delete(&k).await.unwrap();
+            model.remove(&k);
+        } else {
+            let v = vec![0xEE; 500];
+            m.put(&k, &v, StoreMode::Upsert, None).await.unwrap();
+            model.insert(k, v);
+        }
+    }
+    // Lose a device: survivors in old sets decode through dead members.
+    a.faulty[3].fail_stop();
+    let fresh = open(&a, pack.clone()).await;
+    check_all(&fresh, &model, "pack after updates with a device lost").await;
+    let report = fresh
+        .scrub(
+            RepairOptions::default(),
+            Arc::new(RepairProgress::default()),
+        )
+        .await
+        .unwrap();
+    assert!(
+        report.objects_lost.is_empty() && report.sets_lost == 0,
+        "{report:?}"
+    );
+    let replacement = mem();
+    m.rebuild(
+        3,
+        replacement.clone(),
+        RepairOptions::default(),
+        Arc::new(RepairProgress::default()),
+    )
+    .await
+    .unwrap();
+    check_all(&m, &model, "pack after rebuild").await;
+    // Delete everything: scrub reclaims every set, the devices end empty.
+    for k in model.keys() {
+        m.delete(k).await.unwrap();
+    }
+    let report = m
+        .scrub(
+            RepairOptions::default(),
+            Arc::new(RepairProgress::default()),
+        )
+        .await
+        .unwrap();
+    assert!(report.sets_reclaimed > 0, "{report:?}");
+    for (i, d) in a.mems.iter().enumerate() {
+        let d = if i == 3 { &replacement } else { d };
+        let left = contents(d).await;
+        assert!(
+            left.is_empty(),
+            "device {i} keeps {} keys after reclaiming",
+            left.len()
+        );
+    }
+}
