@@ -1112,6 +1112,16 @@ impl Inner {
                 return Ok(Some(r));
             }
         }
+        if want.is_none()
+            && !scan.unreadable.iter().any(|&u| u)
+            && !scan.corrupt.iter().any(|&c| c)
+            && !scan.devices.iter().any(|&d| self.io.is_rebuilding(d))
+        {
+            // Every device answered and nothing is damaged, yet no version has enough pieces:
+            // a write or delete that never completed (a crash before sync, or one in flight).
+            // Neither was acknowledged as durable, so the object reads as absent.
+            return Ok(None);
+        }
         Err(RedundancyError::Lost {
             key: key.to_vec(),
             detail: format!(

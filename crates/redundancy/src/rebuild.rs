@@ -259,7 +259,15 @@ impl Inner {
         let place = self.layout.place(key);
         let found = self.slow_segment(key, 0, &place, None).await?;
         if found.is_none() {
+            // Leftovers of an incomplete write or delete: roll it back (or forward) to absent.
             self.forget(key);
+            let skey = crate::format::segment_key(key, 0);
+            for pos in 0..self.layout.width() {
+                let d = place.device(pos);
+                if !self.io.is_failed(d) {
+                    let _ = self.io.delete(d, &skey).await;
+                }
+            }
         }
         Ok(found.is_some())
     }
