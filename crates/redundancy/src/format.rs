@@ -380,6 +380,24 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        // The parsers see bytes straight from devices: any input is an answer, never a panic.
+        #[test]
+        fn parsers_take_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+            let _ = PieceHeader::decode(&bytes);
+            let _ = SetDescriptor::decode(&bytes);
+            let _ = parse_device_key(&bytes);
+            if bytes.len() > PIECE_HEADER_BYTES {
+                let mut fixed = bytes.clone();
+                fixed[..4].copy_from_slice(&PIECE_MAGIC);
+                fixed[4] = PIECE_VERSION;
+                let _ = PieceHeader::decode(&fixed);
+                let _ = SetDescriptor::decode(&fixed[PIECE_HEADER_BYTES..]);
+            }
+        }
+    }
 
     fn header() -> PieceHeader {
         PieceHeader {
