@@ -8,8 +8,9 @@ pub const PIECE_MAGIC: [u8; 4] = *b"RSOB";
 pub const PIECE_VERSION: u8 = 1;
 /// Bytes of the piece header, CRC included.
 pub const PIECE_HEADER_BYTES: usize = 52;
-/// Bytes a device key adds to a user key: the tag and, for later segments, the segment number.
-pub const KEY_OVERHEAD_BYTES: usize = 5;
+/// Bytes a device key adds to a user key: the tag and, for later segments, the version and the
+/// segment number.
+pub const KEY_OVERHEAD_BYTES: usize = 13;
 
 /// Device-key tag of segment 0 of an object (its copy, shard, packed member or pointer).
 pub const TAG_OBJECT: u8 = b'o';
@@ -177,8 +178,10 @@ impl PieceHeader {
     }
 }
 
-/// The device key of one segment of a user object.
-pub fn segment_key(user_key: &[u8], segment: u32) -> Vec<u8> {
+/// The device key of one segment of a user object. Segment 0 has one key per object; later
+/// segments have one per version, so a new version never overwrites the old one's segments
+/// (an interrupted overwrite leaves the old version whole).
+pub fn segment_key(user_key: &[u8], segment: u32, version: u64) -> Vec<u8> {
     let mut k = Vec::with_capacity(user_key.len() + KEY_OVERHEAD_BYTES);
     if segment == 0 {
         k.push(TAG_OBJECT);
@@ -186,6 +189,7 @@ pub fn segment_key(user_key: &[u8], segment: u32) -> Vec<u8> {
     } else {
         k.push(TAG_SEGMENT);
         k.extend_from_slice(user_key);
+        k.extend_from_slice(&version.to_be_bytes());
         k.extend_from_slice(&segment.to_be_bytes());
     }
     k
@@ -211,6 +215,8 @@ pub enum DeviceKey {
         user_key: Vec<u8>,
         /// The segment number.
         segment: u32,
+        /// The object version (0 for segment 0, whose key has none).
+        version: u64,
     },
     /// A piece of a packing set.
     Set {
@@ -230,13 +236,16 @@ pub fn parse_device_key(key: &[u8]) -> Option<DeviceKey> {
         TAG_OBJECT if !rest.is_empty() => Some(DeviceKey::Segment {
             user_key: rest.to_vec(),
             segment: 0,
+            version: 0,
         }),
-        TAG_SEGMENT if rest.len() > 4 => {
-            let (user_key, seg) = rest.split_at(rest.len() - 4);
-            let segment = u32::from_be_bytes(seg.try_into().unwrap());
+        TAG_SEGMENT if rest.len() > 12 => {
+            let (user_key, tail) = rest.split_at(rest.len() - 12);
+            let version = u64::from_be_bytes(tail[..8].try_into().unwrap());
+            let segment = u32::from_be_bytes(tail[8..].try_into().unwrap());
             (segment > 0).then(|| DeviceKey::Segment {
                 user_key: user_key.to_vec(),
                 segment,
+                version,
             })
         }
         TAG_PARITY | TAG_DEAD if rest.len() == 9 => Some(DeviceKey::Set {
@@ -440,17 +449,19 @@ mod tests {
     #[test]
     fn device_keys_round_trip() {
         assert_eq!(
-            parse_device_key(&segment_key(b"a/b", 0)),
+            parse_device_key(&segment_key(b"a/b", 0, 9)),
             Some(DeviceKey::Segment {
                 user_key: b"a/b".to_vec(),
-                segment: 0
+                segment: 0,
+                version: 0
             })
         );
         assert_eq!(
-            parse_device_key(&segment_key(b"a/b", 70_000)),
+            parse_device_key(&segment_key(b"a/b", 70_000, 9)),
             Some(DeviceKey::Segment {
                 user_key: b"a/b".to_vec(),
-                segment: 70_000
+                segment: 70_000,
+                version: 9
             })
         );
         for tag in [TAG_PARITY, TAG_DEAD, TAG_SET] {

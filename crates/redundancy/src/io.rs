@@ -223,6 +223,25 @@ impl DeviceSet {
         }
     }
 
+    /// Durability barrier on device `d`, retrying transient errors.
+    pub async fn sync(&self, d: usize) -> Result<(), DeviceError> {
+        if self.is_failed(d) {
+            return Ok(());
+        }
+        let dev = self.device(d);
+        let mut tries = 0;
+        loop {
+            match dev.sync().await {
+                Err(DeviceError::Transient) if tries < TRANSIENT_RETRIES => tries += 1,
+                Err(e) => {
+                    self.note(d, &e);
+                    return Err(e);
+                }
+                Ok(()) => return Ok(()),
+            }
+        }
+    }
+
     /// One iteration batch on device `d`.
     pub async fn iterate(&self, d: usize, req: &IterRequest) -> Result<IterBatch, DeviceError> {
         let dev = self.device(d);

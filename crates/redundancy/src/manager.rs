@@ -11,12 +11,23 @@ use futures_util::future::join_all;
 use railstore_device::{Device, ReadRange, StoreMode};
 use railstore_ec::{Code, CodeId, Codec};
 use railstore_placement::{Layout, LayoutSpec, Placement};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Stripes of the per-key write lock table.
 const KEY_LOCK_STRIPES: usize = 4096;
+/// Deletes waiting for a sync before the manager syncs by itself.
+const GARBAGE_ENTRIES_MAX: usize = 1 << 16;
+
+/// A piece to delete once the version that replaced it is durable.
+#[derive(Debug)]
+pub(crate) struct Garbage {
+    device: usize,
+    device_key: Vec<u8>,
+    /// For reused (segment 0) keys: the user key and the version whose piece may go.
+    only_version: Option<(Vec<u8>, u64)>,
+}
 
 /// What the manager remembers about a stored object (the metadata cache), so hybrid mode does not
 /// read a header before every operation.
@@ -71,6 +82,7 @@ pub(crate) struct Inner {
     codecs: Mutex<HashMap<(u8, u8, u8), Arc<Codec>>>,
     locks: Vec<tokio::sync::Mutex<()>>,
     cache: Mutex<HashMap<Vec<u8>, ObjectMeta>>,
+    garbage: Mutex<Vec<Garbage>>,
     version: AtomicU64,
     pub key_bytes_max: usize,
     pub piece_payload_max: usize,
@@ -156,6 +168,7 @@ impl Manager {
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
             cache: Mutex::new(HashMap::new()),
+            garbage: Mutex::new(Vec::new()),
             version: AtomicU64::new(start),
             key_bytes_max,
             piece_payload_max,
@@ -236,7 +249,9 @@ impl Manager {
         let segments_u32 = u32::try_from(segments)
             .map_err(|_| RedundancyError::Config("object needs too many segments".into()))?;
         let place = inner.layout.place(key);
-        for s in 0..segments {
+        // Later segments first, under keys of their own version, and durable before segment 0
+        // names them: a crash leaves either the old object whole or the new one whole.
+        for s in (1..segments).chain([0]) {
             let data =
                 &value[(s * seg_bytes).min(value.len())..((s + 1) * seg_bytes).min(value.len())];
             let head = SegmentHead {
@@ -246,11 +261,12 @@ impl Manager {
                 version,
             };
             inner.write_segment(key, &place, mech, head, data).await?;
+            if s + 1 == segments && segments > 1 {
+                inner.sync_positions(&place, mech.pieces()).await?;
+            }
         }
         if let Some(p) = &prev {
-            inner
-                .remove_leftovers(key, &place, p, mech, segments_u32)
-                .await;
+            inner.defer_leftovers(key, &place, p, mech).await?;
         }
         inner.remember(
             key,
@@ -359,17 +375,28 @@ impl Manager {
             inner.retire_packed(key, &prev).await;
         }
         let place = inner.layout.place(key);
-        let mut failed = Vec::new();
-        for s in 0..prev.segments {
-            let skey = segment_key(key, s);
-            let res = join_all((0..prev.mechanism.pieces()).map(|i| {
-                let d = place.device(i);
-                let skey = &skey;
-                async move { (d, inner.io.delete(d, skey).await) }
-            }))
-            .await;
-            failed.extend(res.into_iter().filter(|(_, r)| r.is_err()).map(|(d, _)| d));
+        let skey = segment_key(key, 0, prev.version);
+        // Every position, not only the mechanism's: an earlier mechanism's leftovers may wait
+        // there for a sync.
+        let res = join_all((0..inner.layout.width()).map(|i| {
+            let d = place.device(i);
+            let skey = &skey;
+            async move { (d, inner.io.delete(d, skey).await) }
+        }))
+        .await;
+        let failed: Vec<usize> = res
+            .into_iter()
+            .filter(|(_, r)| r.is_err())
+            .map(|(d, _)| d)
+            .collect();
+        // Later segments go once the deletion of segment 0 is durable.
+        let mut later = Vec::new();
+        for s in 1..prev.segments {
+            for pos in 0..prev.mechanism.pieces() {
+                later.push((place.device(pos), segment_key(key, s, prev.version)));
+            }
         }
+        inner.defer_deletes(later).await?;
         inner.forget(key);
         if !failed.is_empty() {
             tracing::warn!(
@@ -391,22 +418,10 @@ impl Manager {
         self.inner.meta(key).await
     }
 
-    /// Makes every acknowledged store and delete durable on every healthy device.
+    /// Makes every acknowledged store and delete durable on every healthy device, then deletes
+    /// the pieces older versions left behind.
     pub async fn sync(&self) -> Result<()> {
-        let inner = &self.inner;
-        let res = join_all((0..inner.io.len()).map(|d| async move {
-            if inner.io.is_failed(d) {
-                return Ok(());
-            }
-            inner
-                .io
-                .device(d)
-                .sync()
-                .await
-                .map_err(|source| RedundancyError::Device { device: d, source })
-        }))
-        .await;
-        res.into_iter().collect()
+        self.inner.sync_all().await
     }
 }
 
@@ -526,7 +541,7 @@ impl Inner {
         let place = self.layout.place(key);
         let primary = place.device(0);
         if self.io.readable(primary) {
-            if let Ok(v) = self.io.retrieve(primary, &segment_key(key, 0)).await {
+            if let Ok(v) = self.io.retrieve(primary, &segment_key(key, 0, 0)).await {
                 match v {
                     None => return Ok(None),
                     Some(bytes) => {
@@ -643,8 +658,7 @@ impl Inner {
             return self.packer.submit(key, place, mech, head, data).await;
         }
         let pieces = self.pieces_of(mech, head, data, None, None)?;
-        self.store_pieces(key, place, head.segment, mech, &pieces)
-            .await
+        self.store_pieces(key, place, head, mech, &pieces).await
     }
 
     /// Stores pieces at their placement positions; fails when more than the mechanism's
@@ -653,11 +667,11 @@ impl Inner {
         &self,
         key: &[u8],
         place: &Placement<'_>,
-        segment: u32,
+        head: SegmentHead,
         mech: Mechanism,
         pieces: &[(usize, Vec<u8>)],
     ) -> Result<()> {
-        let skey = segment_key(key, segment);
+        let skey = segment_key(key, head.segment, head.version);
         let res = join_all(pieces.iter().map(|(pos, v)| {
             let d = place.device(*pos);
             let skey = &skey;
@@ -682,28 +696,116 @@ impl Inner {
         Ok(())
     }
 
-    /// Deletes what an older version left behind: segments past the new count and positions
-    /// past the new mechanism's pieces. Best effort: a failed device is rebuilt later.
-    async fn remove_leftovers(
+    /// Schedules what an older version left behind for deletion after the next sync: its later
+    /// segments (their keys name the old version) and segment-0 pieces past the new
+    /// mechanism's positions. Deleting them before the new version is durable could leave
+    /// neither version readable after a crash.
+    async fn defer_leftovers(
         &self,
         key: &[u8],
         place: &Placement<'_>,
         prev: &ObjectMeta,
         mech: Mechanism,
-        segments: u32,
-    ) {
-        let mut ops = Vec::new();
-        for s in 0..prev.segments {
-            let from = if s < segments { mech.pieces() } else { 0 };
-            for pos in from..prev.mechanism.pieces() {
-                ops.push((place.device(pos), segment_key(key, s)));
+    ) -> Result<()> {
+        let mut later = Vec::new();
+        for pos in mech.pieces()..prev.mechanism.pieces() {
+            later.push(Garbage {
+                device: place.device(pos),
+                device_key: segment_key(key, 0, prev.version),
+                only_version: Some((key.to_vec(), prev.version)),
+            });
+        }
+        for s in 1..prev.segments {
+            for pos in 0..prev.mechanism.pieces() {
+                later.push(Garbage {
+                    device: place.device(pos),
+                    device_key: segment_key(key, s, prev.version),
+                    only_version: None,
+                });
             }
         }
-        join_all(
-            ops.iter()
-                .map(|(d, k)| async move { self.io.delete(*d, k).await }),
-        )
+        self.push_garbage(later).await
+    }
+
+    /// Schedules deletes of keys no version refers to any more, for after the next sync.
+    pub(crate) async fn defer_deletes(&self, keys: Vec<(usize, Vec<u8>)>) -> Result<()> {
+        let later = keys
+            .into_iter()
+            .map(|(device, device_key)| Garbage {
+                device,
+                device_key,
+                only_version: None,
+            })
+            .collect();
+        self.push_garbage(later).await
+    }
+
+    async fn push_garbage(&self, later: Vec<Garbage>) -> Result<()> {
+        if later.is_empty() {
+            return Ok(());
+        }
+        let full = {
+            let mut g = self.garbage.lock().unwrap();
+            g.extend(later);
+            g.len() >= GARBAGE_ENTRIES_MAX
+        };
+        if full {
+            self.sync_all().await?;
+        }
+        Ok(())
+    }
+
+    /// Syncs every healthy device, then deletes the garbage scheduled before the sync began.
+    pub(crate) async fn sync_all(&self) -> Result<()> {
+        let garbage = std::mem::take(&mut *self.garbage.lock().unwrap());
+        let res: Result<()> = join_all((0..self.io.len()).map(|d| async move {
+            self.io
+                .sync(d)
+                .await
+                .map_err(|source| RedundancyError::Device { device: d, source })
+        }))
+        .await
+        .into_iter()
+        .collect();
+        if let Err(e) = res {
+            self.garbage.lock().unwrap().extend(garbage);
+            return Err(e);
+        }
+        for g in garbage {
+            match &g.only_version {
+                None => {
+                    let _ = self.io.delete(g.device, &g.device_key).await;
+                }
+                Some((key, version)) => {
+                    // A segment-0 key is reused by later writes: delete only the old piece.
+                    let _guard = self.lock(key).await;
+                    if let Ok(Some(bytes)) = self.io.retrieve(g.device, &g.device_key).await {
+                        let stale = PieceHeader::decode_unchecked(&bytes)
+                            .map(|h| h.version == *version)
+                            .unwrap_or(true);
+                        if stale {
+                            let _ = self.io.delete(g.device, &g.device_key).await;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes what was stored at the first `positions` placement positions durable.
+    async fn sync_positions(&self, place: &Placement<'_>, positions: usize) -> Result<()> {
+        let res = join_all((0..positions).map(|pos| {
+            let d = place.device(pos);
+            async move {
+                self.io
+                    .sync(d)
+                    .await
+                    .map_err(|source| RedundancyError::Device { device: d, source })
+            }
+        }))
         .await;
+        res.into_iter().collect()
     }
 
     /// Reads a segment the cheap way: the fewest pieces, from preferred devices, all agreeing.
@@ -716,7 +818,7 @@ impl Inner {
         hint: Option<Mechanism>,
         want: Option<u64>,
     ) -> Option<Resolved> {
-        let skey = segment_key(key, segment);
+        let skey = segment_key(key, segment, want.unwrap_or(0));
         let mech = match hint {
             Some(m) => m,
             None => {
@@ -882,9 +984,10 @@ impl Inner {
         &self,
         key: &[u8],
         segment: u32,
+        version: u64,
         place: &Placement<'_>,
     ) -> SegmentScan {
-        let skey = segment_key(key, segment);
+        let skey = segment_key(key, segment, version);
         let n = self.layout.width();
         let devices: Vec<usize> = (0..n).map(|i| place.device(i)).collect();
         let reads = join_all(devices.iter().map(|&d| {
@@ -1082,7 +1185,9 @@ impl Inner {
         place: &Placement<'_>,
         want: Option<u64>,
     ) -> Result<Option<Resolved>> {
-        let scan = self.scan_segment(key, segment, place).await;
+        let scan = self
+            .scan_segment(key, segment, want.unwrap_or(0), place)
+            .await;
         let nothing = scan.pieces.iter().all(|p| p.is_none()) && !scan.corrupt.iter().any(|&c| c);
         if nothing {
             if scan.unreadable.iter().any(|&u| u) && segment == 0 {
@@ -1134,8 +1239,9 @@ impl Inner {
         })
     }
 
-    /// Segment 0 of a multi-segment object resolved to `first`: checks every other segment can
-    /// produce the same version, else falls back to the newest version all segments can.
+    /// Segment 0 of a multi-segment object resolved to `first`: reads every later segment of
+    /// that version, else falls back to an older version of segment 0 whose segments are all
+    /// there (later segments are durable before segment 0 names them, so one normally is).
     async fn resolve_object(
         &self,
         key: &[u8],
@@ -1143,27 +1249,26 @@ impl Inner {
         scan0: SegmentScan,
         first: Resolved,
     ) -> Result<Option<Resolved>> {
-        let mut common: BTreeSet<u64> = self.decodable_versions(&scan0).into_iter().collect();
-        let mut scans = vec![scan0];
-        for s in 1..first.segment_count {
-            let scan = self.scan_segment(key, s, place).await;
-            let v: BTreeSet<u64> = self.decodable_versions(&scan).into_iter().collect();
-            common = common.intersection(&v).copied().collect();
-            scans.push(scan);
-        }
-        for &v in common.iter().rev() {
-            if let Some(r0) = self.decode_scan(&scans[0], v).await? {
-                if r0.segment_count as usize > scans.len() {
-                    continue;
+        for v in self.decodable_versions(&scan0) {
+            let Some(r0) = self.decode_scan(&scan0, v).await? else {
+                continue;
+            };
+            let mut later = Vec::new();
+            for s in 1..r0.segment_count {
+                let scan = self.scan_segment(key, s, v, place).await;
+                match self.decode_scan(&scan, v).await? {
+                    Some(r) => later.push((s, scan, r)),
+                    None => break,
                 }
-                for (s, scan) in scans.iter().enumerate().skip(1) {
-                    if let Some(r) = self.decode_scan(scan, v).await? {
-                        self.repair_segment(key, s as u32, place, scan, &r).await;
-                    }
-                }
-                self.repair_segment(key, 0, place, &scans[0], &r0).await;
-                return Ok(Some(r0));
             }
+            if later.len() + 1 != r0.segment_count as usize {
+                continue;
+            }
+            for (s, scan, r) in &later {
+                self.repair_segment(key, *s, place, scan, r).await;
+            }
+            self.repair_segment(key, 0, place, &scan0, &r0).await;
+            return Ok(Some(r0));
         }
         Err(RedundancyError::Lost {
             key: key.to_vec(),
@@ -1211,7 +1316,7 @@ impl Inner {
         else {
             return 0;
         };
-        let skey = segment_key(key, segment);
+        let skey = segment_key(key, segment, r.version);
         let mut fixes: Vec<(usize, Option<&Vec<u8>>)> = Vec::new();
         for (pos, bytes) in &pieces {
             let good = scan.pieces[*pos].as_ref().is_some_and(|p| {

@@ -276,7 +276,7 @@ async fn write_set(
                 Some((set, slot as u8)),
                 Some(&desc_bytes),
             )?;
-            let skey = segment_key(&p.key, p.head.segment);
+            let skey = segment_key(&p.key, p.head.segment, p.head.version);
             for (pos, bytes) in pieces {
                 let d = if pos == 0 {
                     p.device
@@ -408,7 +408,7 @@ impl Inner {
                     };
                     let live = self
                         .io
-                        .retrieve(d, &segment_key(&mem.user_key, mem.segment))
+                        .retrieve(d, &segment_key(&mem.user_key, mem.segment, mem.version))
                         .await
                         .ok()
                         .and_then(check);
@@ -551,7 +551,11 @@ impl Inner {
         let place = self.layout.place(key);
         let d = place.device(0);
         for s in 0..prev.segments {
-            let Ok(Some(bytes)) = self.io.retrieve(d, &segment_key(key, s)).await else {
+            let Ok(Some(bytes)) = self
+                .io
+                .retrieve(d, &segment_key(key, s, prev.version))
+                .await
+            else {
                 continue;
             };
             if let Ok((h, _)) = PieceHeader::decode(&bytes) {

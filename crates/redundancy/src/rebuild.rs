@@ -6,7 +6,7 @@ use crate::format::{parse_device_key, DeviceKey};
 use crate::manager::{Inner, Manager};
 use futures_util::stream::{self, StreamExt};
 use railstore_device::{Device, IterRequest};
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -123,6 +123,9 @@ impl Manager {
     }
 }
 
+/// A later-segment key seen on a device: (device, device key, version in the key).
+type LaterKey = (usize, Vec<u8>, u64);
+
 enum Item {
     Object(Vec<u8>),
     Set(u64, usize),
@@ -138,6 +141,9 @@ impl Inner {
     ) -> Result<RepairReport> {
         let started = Instant::now();
         let mut objects: HashSet<Vec<u8>> = HashSet::new();
+        // Later-segment keys seen, by object: those of other versions than the one a repair
+        // settles on are leftovers of interrupted writes.
+        let mut later_keys: HashMap<Vec<u8>, Vec<LaterKey>> = HashMap::new();
         let mut sets: HashSet<u64> = HashSet::new();
         let mut set_items: Vec<(u64, usize)> = Vec::new();
         for &d in &walk {
@@ -158,11 +164,22 @@ impl Inner {
                     .fetch_add(batch.entries.len() as u64, Ordering::Relaxed);
                 for e in &batch.entries {
                     match parse_device_key(&e.key) {
-                        Some(DeviceKey::Segment { user_key, .. }) => {
+                        Some(DeviceKey::Segment {
+                            user_key,
+                            segment,
+                            version,
+                        }) => {
                             let relevant = target.is_none_or(|t| {
                                 self.layout.place(&user_key).devices().any(|x| x == t)
                             });
-                            if relevant && !objects.contains(&user_key) {
+                            if relevant {
+                                if segment > 0 {
+                                    later_keys.entry(user_key.clone()).or_default().push((
+                                        d,
+                                        e.key.clone(),
+                                        version,
+                                    ));
+                                }
                                 objects.insert(user_key);
                             }
                         }
@@ -187,6 +204,7 @@ impl Inner {
         let report = std::sync::Mutex::new(RepairReport::default());
         // Objects first, all of them: a live packed member is back on its device before any
         // set is checked, so no set mistakes it for a dead one and reclaims it.
+        let later_keys = &later_keys;
         let run_items = |items: Vec<Item>| {
             let report = &report;
             stream::iter(items).for_each_concurrent(
@@ -195,7 +213,8 @@ impl Inner {
                     let before = self.io.counters.repairs.load(Ordering::Relaxed);
                     match item {
                         Item::Object(key) => {
-                            let outcome = self.heal_object(&key).await;
+                            let stale = later_keys.get(&key).map(Vec::as_slice).unwrap_or(&[]);
+                            let outcome = self.heal_object(&key, stale).await;
                             let repaired =
                                 self.io.counters.repairs.load(Ordering::Relaxed) > before;
                             let mut r = report.lock().unwrap();
@@ -252,16 +271,27 @@ impl Inner {
         Ok(r)
     }
 
-    /// Resolves an object from all its pieces and rewrites what is missing, corrupt or stale.
-    /// `Ok(false)`: nothing of it is stored.
-    pub(crate) async fn heal_object(&self, key: &[u8]) -> Result<bool> {
+    /// Resolves an object from all its pieces and rewrites what is missing, corrupt or stale;
+    /// deletes the `later` segment keys (device, key, version) of other versions. `Ok(false)`:
+    /// nothing of it is stored.
+    pub(crate) async fn heal_object(
+        &self,
+        key: &[u8],
+        later: &[LaterKey],
+    ) -> Result<bool> {
         let _guard = self.lock(key).await;
         let place = self.layout.place(key);
         let found = self.slow_segment(key, 0, &place, None).await?;
+        let current = found.as_ref().map(|r| r.version);
+        for (d, dkey, v) in later {
+            if Some(*v) != current && !self.io.is_failed(*d) {
+                let _ = self.io.delete(*d, dkey).await;
+            }
+        }
         if found.is_none() {
             // Leftovers of an incomplete write or delete: roll it back (or forward) to absent.
             self.forget(key);
-            let skey = crate::format::segment_key(key, 0);
+            let skey = crate::format::segment_key(key, 0, 0);
             for pos in 0..self.layout.width() {
                 let d = place.device(pos);
                 if !self.io.is_failed(d) {

@@ -69,9 +69,8 @@ async fn crash_run(mech: &str, seed: u64) {
         for _ in 0..rng.gen_range(5..40) {
             let k = format!("k{}", rng.gen_range(0..30)).into_bytes();
             let state = if rng.gen_bool(0.8) {
-                // Single-segment objects: multi-segment overwrites are not crash-atomic yet
-                // (docs/redundancy.md, "Crash guarantees").
-                let len = rng.gen_range(0..7_000);
+                // Up to four segments of the 8 KiB device values.
+                let len = rng.gen_range(0..30_000);
                 let mut v = vec![0u8; len];
                 rng.fill(v.as_mut_slice());
                 Some(v)

@@ -266,7 +266,8 @@ async fn custom_mechanism_per_store_overrides_the_policy() {
         fresh.meta(b"small").await.unwrap().unwrap().mechanism,
         Mechanism::Replicate { r: 3 }
     );
-    // Switching mechanism on overwrite leaves no stale pieces behind.
+    // Switching mechanism on overwrite leaves no stale pieces behind once the new version is
+    // durable.
     m.put(
         b"big",
         b"now small",
@@ -275,6 +276,7 @@ async fn custom_mechanism_per_store_overrides_the_policy() {
     )
     .await
     .unwrap();
+    m.sync().await.unwrap();
     let pieces: usize = {
         let mut n = 0;
         for d in &a.mems {
