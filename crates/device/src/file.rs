@@ -10,7 +10,9 @@
 //! and reaper thread per device), or on tokio's blocking thread pool where io_uring is
 //! unavailable; io_uring saved two context switches per read (see
 //! `docs/benchmarks/device.md`). A checkpoint of the index plus replay of the log after it
-//! rebuilds the index on open; a torn or corrupt tail fails its CRC and is cut off. Compaction
+//! rebuilds the index on open (a checkpoint that disagrees with the log is ignored); a torn or
+//! corrupt tail fails its CRC and is cut off, after a copy to a side file if intact records lie
+//! behind it. A failed write or fdatasync stops the device for good. Compaction
 //! copies the live records of a sealed segment to the log head and deletes the segment; the
 //! owner calls it through [`Device::compact`], or a background thread does when
 //! [`CompactionPolicy::Auto`] is set.
@@ -22,8 +24,9 @@ use crate::api::{
 };
 use crate::error::{DeviceError, Result};
 use crate::format::{
-    body_crc, decode_checkpoint, encode_checkpoint, encode_record, header_prefix, record_len,
-    scan_records, value_pad, Checkpoint, Loc, RecordKind, VALUE_ALIGN_BYTES, VALUE_ALIGN_MIN_BYTES,
+    body_crc, decode_checkpoint, decode_record, encode_checkpoint, encode_record,
+    find_intact_record, header_prefix, record_len, scan_records, value_pad, Checkpoint, Loc,
+    RecordKind, VALUE_ALIGN_BYTES, VALUE_ALIGN_MIN_BYTES,
 };
 use async_trait::async_trait;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -141,6 +144,10 @@ pub struct RecoveryReport {
     pub torn_tail_bytes: u64,
     /// Sealed segments with corruption inside (records after it were lost).
     pub corrupt_segments: Vec<u64>,
+    /// Copies of cut tails of the last segment that still held intact records behind a corrupt
+    /// one (`seg-NNNNNNNNNN.log.corrupt-<offset>`; see docs/format.md). The device never reads
+    /// them; they are kept for inspection and manual recovery.
+    pub set_aside: Vec<PathBuf>,
     /// O_DIRECT is in use.
     pub direct_io: bool,
 }
@@ -200,6 +207,8 @@ struct State {
     live_bytes: u64,
     appended_since_checkpoint: u64,
     failed: Option<&'static str>,
+    /// A write or fdatasync failed: nothing more may be written (see `Shared::io_failed`).
+    io_failed: bool,
     shutdown: bool,
     crashed: bool,
 }
@@ -641,11 +650,26 @@ impl Shared {
         }
     }
 
+    /// Stops the device after a failed write or fdatasync. Nothing more is written and no
+    /// sync succeeds again: after a failed fdatasync the kernel may have dropped the dirty
+    /// pages and cleared the error, so a retried fdatasync can succeed without the data being
+    /// on disk ("fsyncgate"), and records written after a failed write would leave a hole in
+    /// the log. Waiters see [`DeviceError::Failed`]; what was synced before stays readable
+    /// after a reopen.
+    fn io_failed(&self, st: &mut State, reason: &'static str) {
+        st.failed = Some(reason);
+        st.io_failed = true;
+        st.unsynced_file = None;
+        st.queued.clear();
+        self.done_cv.notify_all();
+        self.space.notify_waiters();
+    }
+
     /// The flusher thread: writes queued buffers in order, seals segments, serves syncs.
     fn flusher(self: Arc<Self>) {
         let mut st = self.lock();
         loop {
-            if st.crashed {
+            if st.crashed || st.io_failed {
                 break;
             }
             let unwritten = st.active.last_seq > st.written_seq;
@@ -678,7 +702,7 @@ impl Shared {
                     }
                     Err(e) => {
                         tracing::error!(error = %e, dir = %self.dir.display(), "device write failed; device stops");
-                        st.failed = Some("write failed");
+                        self.io_failed(&mut st, "write failed");
                     }
                 }
                 if let Ok(b) = Arc::try_unwrap(job) {
@@ -701,8 +725,8 @@ impl Shared {
                         st.durable_pos = pos;
                     }
                     Err(e) => {
-                        tracing::error!(error = %e, "fdatasync failed; device stops");
-                        st.failed = Some("fdatasync failed");
+                        tracing::error!(error = %e, dir = %self.dir.display(), "fdatasync failed; device stops");
+                        self.io_failed(&mut st, "fdatasync failed");
                     }
                 }
                 self.done_cv.notify_all();
@@ -929,6 +953,81 @@ impl Shared {
     }
 }
 
+/// Whether a checkpoint that decoded (so its CRC and lengths are right) agrees with the log it
+/// claims to describe. A checkpoint that does not is ignored and the whole log replayed, which
+/// is always correct; trusting it could make recovery cut intact records (a replay point inside
+/// a record looks like a torn tail) or append records whose `seq` breaks the log's order.
+/// `read` returns a segment's bytes. The rules (docs/format.md, "Checkpoint"): the replay
+/// segment exists (or, if compacted away, a later one starts with a record after the
+/// checkpoint); the record at the replay point, if one is intact there, is the checkpoint's
+/// `seq + 1`; otherwise the replay point is where the segment's records end, the last of them
+/// the checkpoint's `seq` (damage before the replay point leaves the checkpoint in use: it
+/// knows the records behind the damage).
+fn checkpoint_matches_log<'a>(
+    c: &Checkpoint,
+    ids: &[u64],
+    read: impl FnOnce(u64) -> Result<&'a [u8]>,
+) -> Result<bool> {
+    let zeros = |b: &[u8]| b.iter().all(|&x| x == 0);
+    let Some(&first) = ids.iter().find(|&&id| id >= c.replay_segment) else {
+        // Replay would start past the newest segment, which is never compacted away.
+        return Ok(ids.is_empty());
+    };
+    let bytes = read(first)?;
+    if first != c.replay_segment {
+        return Ok(match decode_record(bytes) {
+            Ok(r) => r.header.seq > c.seq,
+            Err(_) => zeros(bytes),
+        });
+    }
+    let off = match usize::try_from(c.replay_offset) {
+        Ok(off) if off <= bytes.len() => off,
+        _ => return Ok(false),
+    };
+    if let Ok(r) = decode_record(&bytes[off..]) {
+        // `decode_checkpoint` keeps `seq` far below u64::MAX.
+        return Ok(r.header.seq == c.seq + 1);
+    }
+    // Nothing intact at the replay point (zeros after a clean close, or a tail torn there): it
+    // must be where the segment's records end.
+    let scan = scan_records(bytes, 0, 0, |_, _| {});
+    Ok(match scan.end.cmp(&off) {
+        std::cmp::Ordering::Equal => off == 0 || scan.last_seq == c.seq,
+        // A record runs across the replay point.
+        std::cmp::Ordering::Greater => false,
+        // The records end before the replay point (only zeros between), or damage inside the
+        // checkpointed records stops the scan early.
+        std::cmp::Ordering::Less => !zeros(&bytes[scan.end..off]),
+    })
+}
+
+/// Copies `tail`, the bytes of segment `path` from `offset` on, to a new file
+/// `<segment>.corrupt-<offset>` next to it (`-<n>` appended if that exists), durably.
+fn set_aside(path: &Path, offset: u64, tail: &[u8]) -> Result<PathBuf> {
+    let io = |e| DeviceError::io("copy corrupt tail aside", e);
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("segment names are ASCII");
+    let dir = path.parent().expect("segments live in a directory");
+    for n in 0u32.. {
+        let mut aside = dir.join(format!("{name}.corrupt-{offset}"));
+        if n > 0 {
+            aside.as_mut_os_string().push(format!("-{n}"));
+        }
+        let mut f = match OpenOptions::new().write(true).create_new(true).open(&aside) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(io(e)),
+        };
+        std::io::Write::write_all(&mut f, tail).map_err(io)?;
+        f.sync_all().map_err(io)?;
+        sync_dir(dir)?;
+        return Ok(aside);
+    }
+    unreachable!("u32 names run out")
+}
+
 /// Rebuilds the index from the checkpoint and the log; cuts a torn tail.
 fn recover(dir: &Path, config: &FileConfig, direct: bool) -> Result<(State, RecoveryReport)> {
     let mut report = RecoveryReport {
@@ -944,14 +1043,31 @@ fn recover(dir: &Path, config: &FileConfig, direct: bool) -> Result<(State, Reco
     }
     ids.sort_unstable();
     report.segments = ids.len();
+    let read_segment =
+        |id| std::fs::read(segment_path(dir, id)).map_err(|e| DeviceError::io("read segment", e));
+    // The segment read to check the checkpoint, kept for the replay.
+    let mut checked: Option<(u64, Vec<u8>)> = None;
     let ckpt = match std::fs::read(dir.join(CHECKPOINT_FILE)) {
-        Ok(b) => {
-            let c = decode_checkpoint(&b);
-            if c.is_none() {
+        Ok(b) => match decode_checkpoint(&b) {
+            None => {
                 tracing::warn!(dir = %dir.display(), "checkpoint invalid; replaying the whole log");
+                None
             }
-            c
-        }
+            Some(c) => {
+                if checkpoint_matches_log(&c, &ids, |id| {
+                    let bytes = read_segment(id)?;
+                    Ok(&checked.insert((id, bytes)).1[..])
+                })? {
+                    Some(c)
+                } else {
+                    tracing::warn!(
+                        dir = %dir.display(),
+                        "checkpoint does not match the log; replaying the whole log"
+                    );
+                    None
+                }
+            }
+        },
         Err(_) => None,
     };
     let mut index: BTreeMap<Vec<u8>, Loc> = BTreeMap::new();
@@ -979,9 +1095,13 @@ fn recover(dir: &Path, config: &FileConfig, direct: bool) -> Result<(State, Reco
             .map_err(|e| DeviceError::io("stat segment", e))?
             .len();
         if id >= replay_seg {
-            let bytes = std::fs::read(&path).map_err(|e| DeviceError::io("read segment", e))?;
+            let bytes = match checked.take() {
+                Some((c, bytes)) if c == id => bytes,
+                _ => read_segment(id)?,
+            };
             let start = if id == replay_seg {
-                replay_off as usize
+                // Checked against the segment's length by `checkpoint_matches_log`.
+                usize::try_from(replay_off).unwrap_or(usize::MAX)
             } else {
                 0
             };
@@ -1012,6 +1132,22 @@ fn recover(dir: &Path, config: &FileConfig, direct: bool) -> Result<(State, Reco
                             reason = scan.stop.map(|s| s.as_str()).unwrap_or("stale record"),
                             "cutting torn log tail"
                         );
+                        // A torn write leaves garbage and nothing intact behind it; a damaged
+                        // record in the middle of synced data leaves intact (maybe synced,
+                        // acknowledged) records behind it. Those bytes are never destroyed: the
+                        // tail is copied aside, durably, before the segment is cut.
+                        if let Some(at) = find_intact_record(&bytes, scan.end) {
+                            let kept = set_aside(&path, end, &bytes[scan.end..])?;
+                            tracing::error!(
+                                segment = id,
+                                offset = end,
+                                first_intact_record = at,
+                                copy = %kept.display(),
+                                "intact records behind a corrupt one in the last segment; \
+                                 the tail was copied aside before the cut"
+                            );
+                            report.set_aside.push(kept);
+                        }
                     }
                     file.set_len(end)
                         .map_err(|e| DeviceError::io("truncate torn tail", e))?;
@@ -1043,11 +1179,25 @@ fn recover(dir: &Path, config: &FileConfig, direct: bool) -> Result<(State, Reco
     // A checkpoint entry past its segment's end cannot be right (a damaged or foreign
     // checkpoint); dropping it keeps reads from ever chasing it.
     let fits = |l: &Loc| {
-        segments
-            .get(&l.segment)
-            .is_some_and(|s: &Segment| l.offset + l.record_len() <= s.end)
+        segments.get(&l.segment).is_some_and(|s: &Segment| {
+            l.offset
+                .checked_add(l.record_len())
+                .is_some_and(|e| e <= s.end)
+        })
     };
-    index.retain(|_, l| fits(l));
+    // Records in the last partial block are served from the write buffer, which holds a copy
+    // of it, without the checksum check a disk read makes: an entry pointing there must match
+    // the record that is there.
+    let in_carry = |key: &[u8], l: &Loc| match &tail {
+        Some((seg, carry)) if l.segment == *seg => {
+            let base = align_down(segments[seg].end);
+            l.offset < base
+                || decode_record(&carry[(l.offset - base) as usize..])
+                    .is_ok_and(|r| r.key == key && Loc::of(*seg, l.offset, &r.header) == *l)
+        }
+        _ => true,
+    };
+    index.retain(|k, l| fits(l) && in_carry(k, l));
     tombs.retain(|_, l| fits(l));
     let mut live_bytes = 0;
     for l in index.values().chain(tombs.values()) {
@@ -1111,6 +1261,7 @@ fn recover(dir: &Path, config: &FileConfig, direct: bool) -> Result<(State, Reco
             live_bytes,
             appended_since_checkpoint: 0,
             failed: None,
+            io_failed: false,
             shutdown: false,
             crashed: false,
         },

@@ -289,6 +289,24 @@ pub fn scan_records(
     }
 }
 
+/// Offset of the first intact record (header and body checksums good) that starts after
+/// `from`, if any. Recovery asks before it cuts a log at `from`: a torn write leaves none, a
+/// damaged record in the middle of the log leaves the records behind it intact.
+pub fn find_intact_record(bytes: &[u8], from: usize) -> Option<usize> {
+    let mut at = from.checked_add(1)?;
+    while at + RECORD_HEADER_BYTES <= bytes.len() {
+        let next = bytes[at..]
+            .windows(RECORD_MAGIC.len())
+            .position(|w| w == RECORD_MAGIC)?;
+        at += next;
+        if decode_record(&bytes[at..]).is_ok() {
+            return Some(at);
+        }
+        at += 1;
+    }
+    None
+}
+
 /// Where the index says a key's newest record lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Loc {
@@ -348,6 +366,10 @@ pub struct Checkpoint {
     pub tombstones: Vec<(Vec<u8>, Loc)>,
 }
 
+/// Highest `seq` a checkpoint may hold (2^63 - 1; no log gets near it), so that sequence
+/// arithmetic on it never overflows.
+pub const CHECKPOINT_SEQ_MAX: u64 = u64::MAX >> 1;
+
 /// Bytes per checkpoint entry besides the key.
 const CKPT_ENTRY_FIXED_BYTES: usize = 2 + 8 + 8 + 4 + 8 + 2 + 4;
 
@@ -385,7 +407,10 @@ pub fn encode_checkpoint(c: &Checkpoint) -> Vec<u8> {
 }
 
 /// Parses and checks a checkpoint; `None` when anything is wrong (the caller then replays the
-/// whole log).
+/// whole log): magic, version, CRC, counts, lengths, trailing bytes, and contents no correct
+/// checkpoint holds (`seq` above [`CHECKPOINT_SEQ_MAX`], an entry newer than `seq` or whose
+/// record would end past `u64::MAX`, a tombstone with a value). Never panics, whatever the
+/// bytes.
 pub fn decode_checkpoint(b: &[u8]) -> Option<Checkpoint> {
     if b.len() < CHECKPOINT_HEADER_BYTES + 4 || b[0..8] != CHECKPOINT_MAGIC {
         return None;
@@ -394,10 +419,14 @@ pub fn decode_checkpoint(b: &[u8]) -> Option<Checkpoint> {
     if crc32c::crc32c(body) != u32_at(crc, 0) || u32_at(b, 8) != CHECKPOINT_VERSION {
         return None;
     }
+    let seq = u64_at(b, 16);
+    if seq > CHECKPOINT_SEQ_MAX {
+        return None;
+    }
     let entries_n = u64_at(b, 40);
     let tombs_n = u64_at(b, 48);
     let mut at = CHECKPOINT_HEADER_BYTES;
-    let mut read = |n: u64| -> Option<Vec<(Vec<u8>, Loc)>> {
+    let mut read = |n: u64, tombstones: bool| -> Option<Vec<(Vec<u8>, Loc)>> {
         // Each entry takes at least this many bytes, so bogus counts fail before allocating.
         if n > (body.len() / (CKPT_ENTRY_FIXED_BYTES + 1)) as u64 {
             return None;
@@ -423,18 +452,26 @@ pub fn decode_checkpoint(b: &[u8]) -> Option<Checkpoint> {
                 seq: u64_at(f, 20),
                 body_crc: u32_at(f, 30),
             };
+            // Contents no correct checkpoint holds: a record ending past u64::MAX, one newer
+            // than the checkpoint, a tombstone with a value.
+            if loc.offset.checked_add(loc.record_len()).is_none()
+                || loc.seq > seq
+                || (tombstones && (value_len != 0 || pad != 0))
+            {
+                return None;
+            }
             v.push((key, loc));
             at += key_len + CKPT_ENTRY_FIXED_BYTES;
         }
         Some(v)
     };
-    let entries = read(entries_n)?;
-    let tombstones = read(tombs_n)?;
+    let entries = read(entries_n, false)?;
+    let tombstones = read(tombs_n, true)?;
     if at != body.len() {
         return None;
     }
     Some(Checkpoint {
-        seq: u64_at(b, 16),
+        seq,
         replay_segment: u64_at(b, 24),
         replay_offset: u64_at(b, 32),
         entries,
@@ -508,6 +545,60 @@ mod tests {
         );
         buf[32 + 3] = 1; // a non-zero padding byte
         assert_eq!(decode_record(&buf), Err(RecordError::Length));
+    }
+
+    #[test]
+    fn intact_records_are_found_behind_damage() {
+        let mut log = vec![0u8; 1024];
+        let a = record_len(1, 10);
+        let b = record_len(2, 20);
+        encode_record(&mut log, RecordKind::Put, 1, b"a", &[1; 10], 0);
+        encode_record(&mut log[a..], RecordKind::Put, 2, b"bb", &[2; 20], 0);
+        encode_record(&mut log[a + b..], RecordKind::Delete, 3, b"a", &[], 0);
+        assert_eq!(find_intact_record(&log, 0), Some(a));
+        assert_eq!(find_intact_record(&log, a), Some(a + b));
+        assert_eq!(find_intact_record(&log, a + b), None);
+        log[a + 40] ^= 1; // damage b's value: c behind it is still intact
+        let scan = scan_records(&log, 0, 0, |_, _| {});
+        assert_eq!(scan.end, a);
+        assert_eq!(find_intact_record(&log, scan.end), Some(a + b));
+        log[a + b + 3] ^= 1; // and c's magic: nothing intact is left
+        assert_eq!(find_intact_record(&log, scan.end), None);
+        assert_eq!(find_intact_record(&log[..3], 0), None);
+        assert_eq!(find_intact_record(&log, usize::MAX), None);
+    }
+
+    #[test]
+    fn checkpoints_with_impossible_contents_are_rejected() {
+        let l = Loc {
+            segment: 1,
+            offset: 0,
+            key_len: 1,
+            value_len: 5,
+            pad: 0,
+            seq: 4,
+            body_crc: 0,
+        };
+        let good = Checkpoint {
+            seq: 9,
+            replay_segment: 1,
+            replay_offset: 100,
+            entries: vec![(b"a".to_vec(), l)],
+            tombstones: vec![(b"b".to_vec(), Loc { value_len: 0, ..l })],
+        };
+        assert!(decode_checkpoint(&encode_checkpoint(&good)).is_some());
+        let bad = |f: &dyn Fn(&mut Checkpoint)| {
+            let mut c = good.clone();
+            f(&mut c);
+            decode_checkpoint(&encode_checkpoint(&c))
+        };
+        assert_eq!(bad(&|c| c.entries[0].1.offset = u64::MAX - 37), None);
+        assert!(bad(&|c| c.entries[0].1.offset = u64::MAX - 38).is_some());
+        assert_eq!(bad(&|c| c.tombstones[0].1.offset = u64::MAX), None);
+        assert_eq!(bad(&|c| c.seq = CHECKPOINT_SEQ_MAX + 1), None);
+        assert!(bad(&|c| c.seq = CHECKPOINT_SEQ_MAX).is_some());
+        assert_eq!(bad(&|c| c.entries[0].1.seq = 10), None);
+        assert_eq!(bad(&|c| c.tombstones[0].1.value_len = 1), None);
     }
 
     #[test]

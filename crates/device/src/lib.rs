@@ -46,7 +46,9 @@ pub use sim::{SimConfig, SimDevice, SimStats};
 /// Entry points shared by the fuzz targets (`fuzz/`) and the stable random-bytes tests, so CI
 /// exercises the same code the fuzzer does.
 pub mod fuzzing {
-    use crate::format::{decode_checkpoint, decode_header, decode_record, scan_records};
+    use crate::format::{
+        decode_checkpoint, decode_header, decode_record, find_intact_record, scan_records,
+    };
     use crate::{Device, FileConfig, FileDevice, ReadRange};
 
     /// Runs every parser of on-disk bytes over `data`, checking their invariants.
@@ -65,6 +67,9 @@ pub mod fuzzing {
             prev_seq = r.header.seq;
         });
         assert_eq!(end.end, prev_end);
+        if let Some(at) = find_intact_record(data, end.end) {
+            assert!(at > end.end && decode_record(&data[at..]).is_ok());
+        }
         if let Some(c) = decode_checkpoint(data) {
             assert_eq!(
                 crate::format::encode_checkpoint(&c),

@@ -192,6 +192,8 @@ struct Model {
     buffer_units: u64,
     buffer_units_max: u64,
     logical_units_used: u64,
+    /// Units reserved by stores waiting for the inner device (see [`Model::reserve`]).
+    reserved_units: u64,
     logical_units_max: u64,
     stats: SimStats,
 }
@@ -253,6 +255,7 @@ impl Model {
             buffer_units: 0,
             buffer_units_max,
             logical_units_used: 0,
+            reserved_units: 0,
             logical_units_max: cfg.logical_bytes / cfg.unit_bytes as u64,
             stats: SimStats::default(),
             cfg,
@@ -465,22 +468,36 @@ impl Model {
         }
     }
 
-    /// Checks that a store of `value_len` bytes under `key` fits the logical space.
-    fn check_space(&self, key: &[u8], value_len: usize) -> Result<()> {
+    /// Reserves the logical space a store of `value_len` bytes under `key` needs, or fails if
+    /// it does not fit; returns the units reserved. The check and the reservation happen under
+    /// one lock, before the store awaits the inner device, so concurrent stores can never
+    /// together take more than the logical space (the physical space behind it would run out,
+    /// and `take_block` with it). Reservations of stores still in flight count in full, not net
+    /// of what they replace: that may be gone (deleted, or freed for another store) before they
+    /// land. Release with [`Model::release`] or by recording the store.
+    fn reserve(&mut self, key: &[u8], value_len: usize) -> Result<u64> {
         let old = self
             .ids
             .get(key)
             .and_then(|&id| self.extents[id as usize].as_ref())
             .map_or(0, |e| e.units().len() as u64);
         let need = self.units_for(value_len);
-        if self.logical_units_used - old + need > self.logical_units_max {
+        // `old` is part of `logical_units_used`, so this cannot underflow.
+        let committed = self.logical_units_used + self.reserved_units;
+        if committed + need - old > self.logical_units_max {
             let unit = self.cfg.unit_bytes as u64;
             return Err(DeviceError::Capacity {
                 needed: need * unit,
-                available: (self.logical_units_max - self.logical_units_used) * unit,
+                available: self.logical_units_max.saturating_sub(committed) * unit,
             });
         }
-        Ok(())
+        self.reserved_units += need;
+        Ok(need)
+    }
+
+    /// Gives back a reservation whose store did not happen.
+    fn release(&mut self, units: u64) {
+        self.reserved_units -= units;
     }
 
     /// Records a store; returns its completion time.
@@ -561,6 +578,23 @@ impl Model {
     }
 }
 
+/// Logical space held for a store in flight; given back on drop unless taken.
+struct Reservation<'a> {
+    model: &'a Mutex<Model>,
+    units: u64,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if self.units > 0 {
+            self.model
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .release(self.units);
+        }
+    }
+}
+
 /// A simulated SSD: `inner` keeps the data, the model decides how long each operation takes.
 pub struct SimDevice {
     inner: Arc<dyn Device>,
@@ -625,10 +659,15 @@ impl SimDevice {
 impl Device for SimDevice {
     async fn store(&self, key: &[u8], value: &[u8], mode: StoreMode) -> Result<()> {
         let _slot = self.gate.enter().await;
-        self.model().check_space(key, value.len())?;
+        let mut reserved = Reservation {
+            model: &self.model,
+            units: self.model().reserve(key, value.len())?,
+        };
+        // A failed or cancelled inner store gives the reservation back (`Reservation::drop`).
         self.inner.store(key, value, mode).await?;
         let done = {
             let mut m = self.model();
+            m.release(std::mem::take(&mut reserved.units));
             let now = m.now();
             m.store(key, value.len(), now)
         };

@@ -148,6 +148,7 @@ async fn fixtures_decode_to_expected_contents() {
         (RECORD_HEADER_BYTES + 500) as u64,
         "{r:?}"
     );
+    assert!(r.set_aside.is_empty(), "a torn tail is just cut: {r:?}");
 
     let (bad, r) = open_copy("bad-record-crc").await;
     let expect: BTreeMap<_, _> = [
@@ -157,6 +158,8 @@ async fn fixtures_decode_to_expected_contents() {
     .into();
     assert_eq!(bad, expect, "records from the corrupt one on are cut");
     assert!(r.torn_tail_bytes > 0 && r.records_replayed == 2, "{r:?}");
+    // Intact records lie behind gamma's: the cut tail was copied aside first.
+    assert_eq!(r.set_aside.len(), 1, "{r:?}");
 
     let (ckpt, r) = open_copy("bad-checkpoint").await;
     assert_eq!(ckpt, expect_valid());

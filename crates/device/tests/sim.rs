@@ -191,3 +191,67 @@ fn capacity_and_real_time_clock() {
         assert!(t.elapsed() >= Duration::from_micros(2));
     });
 }
+
+/// Stores that overlap in time (each waits on a slow inner device between the space check and
+/// recording the store) must never together take more than the logical space: the model's
+/// physical blocks would run out and it would panic.
+#[test]
+fn concurrent_stores_never_overcommit_space() {
+    virtual_time_runtime().unwrap().block_on(async {
+        let inner = Arc::new(MemDevice::new(MemConfig::default()).unwrap());
+        // Every operation sleeps before it reaches the memory device, so all stores below are
+        // in flight at once.
+        let slow = Arc::new(FaultyDevice::new(
+            inner,
+            FaultConfig {
+                latency_spike_prob: 1.0,
+                latency_spike: Duration::from_millis(5),
+                ..Default::default()
+            },
+        ));
+        let cfg = small(None);
+        let logical = cfg.logical_bytes;
+        let dev = Arc::new(SimDevice::new(slow, cfg).unwrap());
+        let value = vec![9u8; 1 << 20];
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..40u32 {
+            let (dev, value) = (dev.clone(), value.clone());
+            tasks
+                .spawn(async move { dev.store(&i.to_be_bytes(), &value, StoreMode::Upsert).await });
+        }
+        let (mut stored, mut refused) = (0u64, 0);
+        while let Some(r) = tasks.join_next().await {
+            match r.expect("no store panics") {
+                Ok(()) => stored += 1,
+                Err(DeviceError::Capacity { .. }) => refused += 1,
+                Err(e) => panic!("unexpected {e}"),
+            }
+        }
+        assert_eq!(
+            stored,
+            logical / value.len() as u64,
+            "the logical space fills"
+        );
+        assert_eq!(stored + refused, 40);
+        let info = dev.info().await.unwrap();
+        assert!(info.used_bytes <= logical, "{info:?}");
+        assert_eq!(info.key_count, stored, "refused stores changed nothing");
+        // The space held for refused stores was given back: on the full device an overwrite
+        // still fits, and once a key is deleted exactly one new key does.
+        let mut present = None;
+        for i in 0..40u32 {
+            if dev.exist(&[&i.to_be_bytes()]).await.unwrap()[0] {
+                present = Some(i.to_be_bytes());
+            }
+        }
+        let k = present.expect("some store succeeded");
+        dev.store(&k, &value, StoreMode::Upsert).await.unwrap();
+        dev.delete(&k, true).await.unwrap();
+        dev.store(b"new", &value, StoreMode::Upsert).await.unwrap();
+        let e = dev
+            .store(b"new2", &value, StoreMode::Upsert)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, DeviceError::Capacity { .. }), "{e}");
+    });
+}
