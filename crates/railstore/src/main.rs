@@ -1,5 +1,7 @@
 //! The `railstore` command line: picks devices and coders and runs the jobs.
 
+mod mttdl_cmd;
+
 use clap::{Parser, Subcommand};
 use railstore_bench::device::{DeviceBenchArgs, SimValidationArgs};
 use railstore_bench::ec::EcBenchArgs;
@@ -18,6 +20,9 @@ enum Command {
     /// Benchmark the erasure coders the way EC-Bench does (encode/decode sweeps over k, m,
     /// chunk size, engine and threads).
     EcBench(Box<EcBenchArgs>),
+    /// Mean time to data loss of the reliability mechanisms (KVMD §5.1 Markov model, eq. 1-2)
+    /// and their Table 4 read/write/space costs, with numbers.
+    Mttdl(Box<mttdl_cmd::MttdlArgs>),
     /// Workload benchmarks.
     Bench {
         #[command(subcommand)]
@@ -37,6 +42,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::EcBench(args) => railstore_bench::ec::run(&args).map(|_| ()),
+        Command::Mttdl(args) => mttdl_cmd::run(&args),
         Command::Bench { what } => match what {
             BenchCommand::Device(args) => railstore_bench::device::run(&args),
             BenchCommand::SimSsd(args) => railstore_bench::device::run_sim_validation(&args),
