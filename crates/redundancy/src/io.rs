@@ -201,6 +201,65 @@ impl DeviceSet {
         }
     }
 
+    /// Whether `key` is stored on device `d` (an index lookup on most devices, cheaper than a
+    /// read that misses).
+    pub async fn exists(&self, d: usize, key: &[u8]) -> Result<bool, DeviceError> {
+        if self.is_failed(d) {
+            return Err(DeviceError::Failed {
+                reason: "marked failed",
+            });
+        }
+        let dev = self.device(d);
+        let mut tries = 0;
+        loop {
+            match dev.exist(&[key]).await {
+                Ok(v) => return Ok(v.first().copied().unwrap_or(false)),
+                Err(DeviceError::Transient) if tries < TRANSIENT_RETRIES => tries += 1,
+                Err(e) => {
+                    self.note(d, &e);
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Reads the first `len` bytes of the value under `key` on device `d`.
+    pub async fn retrieve_prefix(
+        &self,
+        d: usize,
+        key: &[u8],
+        len: u64,
+    ) -> Result<Option<Vec<u8>>, DeviceError> {
+        if self.is_failed(d) {
+            return Err(DeviceError::Failed {
+                reason: "marked failed",
+            });
+        }
+        let dev = self.device(d);
+        self.counters.retrieves.fetch_add(1, Ordering::Relaxed);
+        let mut tries = 0;
+        let range = ReadRange {
+            offset: 0,
+            len: Some(len),
+        };
+        loop {
+            match dev.retrieve(key, range).await {
+                Ok(Retrieved { value, .. }) => {
+                    self.counters
+                        .retrieve_bytes
+                        .fetch_add(value.len() as u64, Ordering::Relaxed);
+                    return Ok(Some(value));
+                }
+                Err(DeviceError::KeyNotFound { .. }) => return Ok(None),
+                Err(DeviceError::Transient) if tries < TRANSIENT_RETRIES => tries += 1,
+                Err(e) => {
+                    self.note(d, &e);
+                    return Err(e);
+                }
+            }
+        }
+    }
+
     /// Deletes `key` on device `d`; a missing key is fine.
     pub async fn delete(&self, d: usize, key: &[u8]) -> Result<(), DeviceError> {
         if self.is_failed(d) {

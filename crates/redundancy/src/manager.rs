@@ -541,11 +541,18 @@ impl Inner {
         let place = self.layout.place(key);
         let primary = place.device(0);
         if self.io.readable(primary) {
-            if let Ok(v) = self.io.retrieve(primary, &segment_key(key, 0, 0)).await {
-                match v {
-                    None => return Ok(None),
-                    Some(bytes) => {
-                        if let Ok((h, _)) = PieceHeader::decode(&bytes) {
+            // An existence check first: inserts of new keys, the common case, then cost an index
+            // lookup rather than a read that misses; existing keys cost a header read.
+            let skey = segment_key(key, 0, 0);
+            match self.io.exists(primary, &skey).await {
+                Ok(false) => return Ok(None),
+                Ok(true) => {
+                    let head = self
+                        .io
+                        .retrieve_prefix(primary, &skey, PIECE_HEADER_BYTES as u64)
+                        .await;
+                    if let Ok(Some(bytes)) = head {
+                        if let Ok(h) = PieceHeader::decode_unchecked(&bytes) {
                             if let Some(mech) = mechanism_of(&h) {
                                 self.observe_version(h.version);
                                 return Ok(Some(ObjectMeta {
@@ -558,6 +565,7 @@ impl Inner {
                         }
                     }
                 }
+                Err(_) => {}
             }
         }
         Ok(self

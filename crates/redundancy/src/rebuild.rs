@@ -274,11 +274,7 @@ impl Inner {
     /// Resolves an object from all its pieces and rewrites what is missing, corrupt or stale;
     /// deletes the `later` segment keys (device, key, version) of other versions. `Ok(false)`:
     /// nothing of it is stored.
-    pub(crate) async fn heal_object(
-        &self,
-        key: &[u8],
-        later: &[LaterKey],
-    ) -> Result<bool> {
+    pub(crate) async fn heal_object(&self, key: &[u8], later: &[LaterKey]) -> Result<bool> {
         let _guard = self.lock(key).await;
         let place = self.layout.place(key);
         let found = self.slow_segment(key, 0, &place, None).await?;
