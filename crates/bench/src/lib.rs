@@ -3,5 +3,6 @@
 
 pub mod device;
 pub mod ec;
+pub mod kv;
 pub mod meter;
 pub mod plot;

@@ -5,6 +5,7 @@ mod mttdl_cmd;
 use clap::{Parser, Subcommand};
 use railstore_bench::device::{DeviceBenchArgs, SimValidationArgs};
 use railstore_bench::ec::EcBenchArgs;
+use railstore_bench::kv::{KvBenchArgs, RebuildBenchArgs};
 
 /// railstore: an object and key-value store for flash arrays that keeps reads at read-only
 /// latency while writes pour in, protected by erasure codes.
@@ -36,6 +37,12 @@ enum BenchCommand {
     Device(Box<DeviceBenchArgs>),
     /// Validates the simulated SSD: random 4 KiB reads alone, then with 25 % random writes.
     SimSsd(SimValidationArgs),
+    /// kvbench-style load on the reliability manager (KVMD): throughput against raw devices,
+    /// latency, I/O amplification, CPU and context switches per mechanism.
+    Kv(Box<KvBenchArgs>),
+    /// Rebuild of a failed device per mechanism (all and half the objects) against a
+    /// RAID-style full-capacity copy.
+    Rebuild(Box<RebuildBenchArgs>),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -46,6 +53,8 @@ fn main() -> anyhow::Result<()> {
         Command::Bench { what } => match what {
             BenchCommand::Device(args) => railstore_bench::device::run(&args),
             BenchCommand::SimSsd(args) => railstore_bench::device::run_sim_validation(&args),
+            BenchCommand::Kv(args) => railstore_bench::kv::run(&args),
+            BenchCommand::Rebuild(args) => railstore_bench::kv::run_rebuild(&args),
         },
     }
 }
