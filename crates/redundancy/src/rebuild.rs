@@ -2,8 +2,8 @@
 //! walk the keys the devices hold, so their cost follows live data, not capacity.
 
 use crate::error::{RedundancyError, Result};
-use crate::format::{parse_device_key, DeviceKey};
-use crate::manager::{Inner, Manager};
+use crate::format::{parse_device_key, segment_key, DeviceKey, PieceHeader, PieceKind};
+use crate::manager::{Inner, Manager, SegmentHead};
 use futures_util::stream::{self, StreamExt};
 use railstore_device::{Device, IterRequest};
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -214,7 +214,10 @@ impl Inner {
                     match item {
                         Item::Object(key) => {
                             let stale = later_keys.get(&key).map(Vec::as_slice).unwrap_or(&[]);
-                            let outcome = self.heal_object(&key, stale).await;
+                            let outcome = match target {
+                                Some(t) => self.rebuild_object(&key, t, stale).await,
+                                None => self.heal_object(&key, stale).await,
+                            };
                             let repaired =
                                 self.io.counters.repairs.load(Ordering::Relaxed) > before;
                             let mut r = report.lock().unwrap();
@@ -298,6 +301,58 @@ impl Inner {
         Ok(found.is_some())
     }
 
+    /// Regenerates what device `target` should hold of one object, reading only what a normal
+    /// read needs (one copy, or k shards) from the other devices. Falls back to
+    /// [`Inner::heal_object`] when the cheap read does not settle it, and for packed objects.
+    async fn rebuild_object(&self, key: &[u8], target: usize, later: &[LaterKey]) -> Result<bool> {
+        let fast = {
+            let _guard = self.lock(key).await;
+            self.rebuild_object_fast(key, target).await
+        };
+        match fast {
+            Some(()) => Ok(true),
+            None => self.heal_object(key, later).await,
+        }
+    }
+
+    async fn rebuild_object_fast(&self, key: &[u8], target: usize) -> Option<()> {
+        let place = self.layout.place(key);
+        let hint = self.cached(key).map(|m| m.mechanism);
+        let first = self.fast_segment(key, 0, &place, hint, None).await?;
+        if first.set.is_some() {
+            return None;
+        }
+        let positions: Vec<usize> = (0..first.mechanism.pieces())
+            .filter(|&p| place.device(p) == target)
+            .collect();
+        for s in 0..first.segment_count {
+            let r = if s == 0 {
+                first.clone()
+            } else {
+                self.fast_segment(key, s, &place, Some(first.mechanism), Some(first.version))
+                    .await?
+            };
+            if positions.is_empty() {
+                continue;
+            }
+            let head = SegmentHead {
+                segment: s,
+                segment_count: r.segment_count,
+                object_len: r.object_len,
+                version: r.version,
+            };
+            let pieces = self
+                .pieces_of(r.mechanism, head, &r.data, None, None)
+                .ok()?;
+            let skey = segment_key(key, s, r.version);
+            for (pos, bytes) in pieces.iter().filter(|(p, _)| positions.contains(p)) {
+                self.io.store(place.device(*pos), &skey, bytes).await.ok()?;
+                self.io.counters.repairs.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Some(())
+    }
+
     async fn heal_set_by_id(
         &self,
         set: u64,
@@ -317,6 +372,32 @@ impl Inner {
                 || desc.members.iter().any(|m| m.device as usize == t);
             if !involved {
                 return Some((0, false, false));
+            }
+            // Only a member there, and the objects pass already put it back live: nothing to do.
+            let only_member = !desc.parity_devices.iter().any(|&d| d as usize == t)
+                && !desc.descriptor_devices.iter().any(|&d| d as usize == t);
+            if only_member {
+                let (slot, mem) = desc
+                    .members
+                    .iter()
+                    .enumerate()
+                    .find(|(_, m)| m.device as usize == t)?;
+                let live = self
+                    .io
+                    .retrieve(t, &segment_key(&mem.user_key, mem.segment, mem.version))
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|b| PieceHeader::decode(&b).ok().map(|(h, _)| h))
+                    .is_some_and(|h| {
+                        h.kind == PieceKind::Member
+                            && h.set == set
+                            && h.index as usize == slot
+                            && h.version == mem.version
+                    });
+                if live {
+                    return Some((0, false, false));
+                }
             }
         }
         self.heal_set(set, &desc).await.ok()
