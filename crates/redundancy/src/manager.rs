@@ -83,6 +83,8 @@ pub(crate) struct Inner {
     locks: Vec<tokio::sync::Mutex<()>>,
     cache: Mutex<HashMap<Vec<u8>, ObjectMeta>>,
     garbage: Mutex<Vec<Garbage>>,
+    /// This manager, for background tasks.
+    me: std::sync::Weak<Inner>,
     version: AtomicU64,
     pub key_bytes_max: usize,
     pub piece_payload_max: usize,
@@ -169,6 +171,7 @@ impl Manager {
                 .collect(),
             cache: Mutex::new(HashMap::new()),
             garbage: Mutex::new(Vec::new()),
+            me: weak.clone(),
             version: AtomicU64::new(start),
             key_bytes_max,
             piece_payload_max,
@@ -758,7 +761,14 @@ impl Inner {
             g.len() >= GARBAGE_ENTRIES_MAX
         };
         if full {
-            self.sync_all().await?;
+            // In the background: the caller may hold a key lock that sync_all takes.
+            if let Some(me) = self.me.upgrade() {
+                tokio::spawn(async move {
+                    if let Err(e) = me.sync_all().await {
+                        tracing::warn!(error = %e, "background sync for deferred deletes failed");
+                    }
+                });
+            }
         }
         Ok(())
     }
@@ -1336,13 +1346,27 @@ impl Inner {
                 fixes.push((*pos, Some(bytes)));
             }
         }
+        let mut later = Vec::new();
         for pos in r.mechanism.pieces()..scan.pieces.len() {
-            if (scan.pieces[pos].is_some() || scan.corrupt[pos]) && !scan.unreadable[pos] {
+            if scan.unreadable[pos] {
+                continue;
+            }
+            if scan.corrupt[pos] {
                 fixes.push((pos, None));
+            } else if let Some(p) = &scan.pieces[pos] {
+                // A valid piece of another version or mechanism: it may be what survives if
+                // the resolved version is not durable yet, so it goes after the next sync.
+                later.push(Garbage {
+                    device: place.device(pos),
+                    device_key: skey.clone(),
+                    only_version: Some((key.to_vec(), p.header.version)),
+                });
             }
         }
+        let deferred = later.len();
+        let _ = self.push_garbage(later).await;
         if fixes.is_empty() {
-            return 0;
+            return deferred;
         }
         let count = fixes.len();
         join_all(fixes.into_iter().map(|(pos, bytes)| {

@@ -41,16 +41,24 @@ struct Request {
     pending: Pending,
 }
 
+/// Most segments waiting in the packing queues or in sets being written; more writers wait.
+pub(crate) const PACK_QUEUE_ENTRIES_MAX: usize = 8192;
+
 /// The packing queues and the task that forms sets.
 pub(crate) struct Packer {
     tx: mpsc::UnboundedSender<Request>,
+    /// Bounds the queues: a permit per queued segment, held until its set is written.
+    slots: tokio::sync::Semaphore,
 }
 
 impl Packer {
     pub(crate) fn new(inner: Weak<Inner>, wait: Duration) -> Packer {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(run(rx, inner, wait));
-        Packer { tx }
+        Packer {
+            tx,
+            slots: tokio::sync::Semaphore::new(PACK_QUEUE_ENTRIES_MAX),
+        }
     }
 
     /// Queues one segment and waits until its set is written.
@@ -75,6 +83,7 @@ impl Packer {
             }
             by_colour
         };
+        let _slot = self.slots.acquire().await.map_err(|_| closed())?;
         let (done, wait) = oneshot::channel();
         let req = Request {
             group: place.group(),
