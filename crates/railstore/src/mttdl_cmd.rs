@@ -13,7 +13,7 @@ use railstore_redundancy::mttdl::{
 
 /// Options of `railstore mttdl`.
 #[derive(Args, Debug, Clone)]
-#[command(group(clap::ArgGroup::new("repair").args(["mttr_hours", "repair_rate", "repair_mbps"])))]
+#[command(group(clap::ArgGroup::new("repair").args(["mttr_hours", "repair_rate", "repair_mbps", "rebuild_json"])))]
 pub struct MttdlArgs {
     /// Device mean time to failure, hours.
     #[arg(long, default_value_t = 2_000_000.0)]
@@ -46,6 +46,11 @@ pub struct MttdlArgs {
     /// The default when no repair option is given: 100.
     #[arg(long)]
     pub repair_mbps: Option<f64>,
+    /// Repair rates measured by `railstore bench rebuild --json FILE`: each mechanism takes its
+    /// own measured rebuild MB/s (the largest run of it in the file), RAID rows the measured
+    /// full-device copy MB/s.
+    #[arg(long)]
+    pub rebuild_json: Option<PathBuf>,
     /// Mechanisms, comma separated: hash, rep<r>, split<k>+<m>, pack<k>+<m>, raid1x<r>,
     /// raid5x<n>, raid6x<n>.
     #[arg(
@@ -60,6 +65,44 @@ pub struct MttdlArgs {
 }
 
 const DEFAULT_REPAIR_MBPS: f64 = 100.0;
+
+/// Rebuild throughputs read from `railstore bench rebuild --json`.
+struct MeasuredRebuilds {
+    by_mechanism: std::collections::BTreeMap<String, f64>,
+    full_copy_mbps: f64,
+}
+
+fn measured_rebuilds(path: &std::path::Path) -> Result<MeasuredRebuilds> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let runs: Vec<serde_json::Value> = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not a bench rebuild JSON array", path.display()))?;
+    let mut by_mechanism = std::collections::BTreeMap::new();
+    let mut best_objects = std::collections::BTreeMap::new();
+    let mut full_copy_mbps: f64 = 0.0;
+    for r in &runs {
+        let field = |k: &str| {
+            r.get(k)
+                .with_context(|| format!("{}: a run without {k:?}", path.display()))
+        };
+        let mech = field("mechanism")?.as_str().unwrap_or_default().to_string();
+        let objects = field("objects")?.as_u64().unwrap_or(0);
+        let mbps = field("rebuild_mb_per_s")?.as_f64().unwrap_or(0.0);
+        full_copy_mbps = full_copy_mbps.max(field("full_copy_mb_per_s")?.as_f64().unwrap_or(0.0));
+        // The run with the most objects is the least dominated by fixed costs.
+        if best_objects.get(&mech).is_none_or(|&o| objects > o) {
+            best_objects.insert(mech.clone(), objects);
+            by_mechanism.insert(mech, mbps);
+        }
+    }
+    if by_mechanism.is_empty() || full_copy_mbps <= 0.0 {
+        bail!("{}: no rebuild runs with throughput", path.display());
+    }
+    Ok(MeasuredRebuilds {
+        by_mechanism,
+        full_copy_mbps,
+    })
+}
 
 /// Parses `4TB`, `1.92TB`, `64KiB`, `4K`, `512`, `256B` into bytes.
 pub fn parse_size(s: &str) -> Result<f64> {
@@ -208,8 +251,51 @@ pub fn run(args: &MttdlArgs) -> Result<()> {
     if args.mechanisms.is_empty() {
         bail!("--mechanisms is empty");
     }
-    let (p, repair_text) = params(args);
-    let rows = evaluate(&p, &args.mechanisms)?;
+    let (p, repair_text, rows) = match &args.rebuild_json {
+        None => {
+            let (p, text) = params(args);
+            let rows = evaluate(&p, &args.mechanisms)?;
+            (p, text, rows)
+        }
+        Some(path) => {
+            let measured = measured_rebuilds(path)?;
+            let mut rows = Vec::new();
+            let mut parts = Vec::new();
+            for scheme in &args.mechanisms {
+                let name = scheme.to_string();
+                let mbps = if matches!(
+                    scheme,
+                    MttdlScheme::RaidMirror { .. } | MttdlScheme::RaidParity { .. }
+                ) {
+                    measured.full_copy_mbps
+                } else if matches!(scheme, MttdlScheme::Hashing) {
+                    // Nothing to rebuild; the rate does not enter its MTTDL.
+                    DEFAULT_REPAIR_MBPS
+                } else {
+                    *measured.by_mechanism.get(&name).with_context(|| {
+                        format!(
+                            "{} has no rebuild of {name}; measured: {:?}",
+                            path.display(),
+                            measured.by_mechanism.keys().collect::<Vec<_>>()
+                        )
+                    })?
+                };
+                parts.push(format!("{name} {} MB/s", trim_float(mbps, 4)));
+                let mut pm = params(args).0;
+                pm.repair = Repair::Throughput {
+                    bytes_per_sec: mbps * 1e6,
+                };
+                rows.extend(evaluate(&pm, std::slice::from_ref(scheme))?);
+            }
+            let text = format!(
+                "measured rebuild throughput from {}: {}; mu = throughput x 3600 / bytes per \
+                 lost member",
+                path.display(),
+                parts.join(", ")
+            );
+            (params(args).0, text, rows)
+        }
+    };
     print!("{}", render(&p, &repair_text, &rows));
     if let Some(path) = &args.json {
         std::fs::write(path, to_json(&p, &rows))

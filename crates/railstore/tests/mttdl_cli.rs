@@ -141,3 +141,46 @@ fn bad_options_fail_with_a_message() {
     let e = err(&["--fill", "0"]);
     assert!(e.contains("fill"), "{e}");
 }
+
+#[test]
+fn repair_rates_come_from_a_measured_rebuild() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rebuild.json");
+    let run = |mech: &str, objects: u64, mbps: f64| {
+        format!(
+            r#"{{"mechanism":"{mech}","objects":{objects},"rebuild_mb_per_s":{mbps},"full_copy_mb_per_s":1000.0}}"#
+        )
+    };
+    std::fs::write(
+        &path,
+        format!(
+            "[{},{},{}]",
+            run("rep3", 2000, 10.0),
+            run("rep3", 1000, 99.0),
+            run("split4+2", 2000, 20.0)
+        ),
+    )
+    .unwrap();
+    let with = |mechs: &str| {
+        Command::new(env!("CARGO_BIN_EXE_railstore"))
+            .args(["mttdl", "--mechanisms", mechs, "--rebuild-json"])
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    let out = with("rep3,split4+2,raid6x6");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    // The larger rep3 run wins; RAID takes the full-device copy rate.
+    assert!(text.contains("rep3 10 MB/s"), "{text}");
+    assert!(text.contains("split4+2 20 MB/s"), "{text}");
+    assert!(text.contains("raid6x6 1000 MB/s"), "{text}");
+    let out = with("pack4+2");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("has no rebuild of pack4+2"), "{err}");
+}
