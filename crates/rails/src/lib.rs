@@ -1,10 +1,13 @@
 //! Read/write separation between the mechanisms and the devices (Flash on Rails §4, eRails
 //! §3-7). Built so far: [`schedule`], the pure role schedule (which colours read and which write
-//! at any instant) and the throughput and buffer bounds that size it. The I/O scheduler that
-//! carries the schedule out (write buffers, flushing, intent log, read plan) comes next.
+//! at any instant) and the throughput and buffer bounds that size it; [`buffer`], a reader-role
+//! device's bounded write buffer. The I/O scheduler that carries them out (flushing, intent
+//! log, the read plan) comes next.
 
+pub mod buffer;
 pub mod schedule;
 
+pub use buffer::{BufferError, Pending, WriteBuffer};
 pub use schedule::{
     write_bound, write_buffer_bytes_min, Role, Schedule, ScheduleConfig, ScheduleError,
     WindowChoice, WindowSizer,
