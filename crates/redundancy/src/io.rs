@@ -8,22 +8,7 @@ use railstore_device::{
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-/// Says which devices should serve reads now. Devices it rejects are used only when the
-/// preferred ones cannot serve a read.
-pub trait ReadPlan: Send + Sync + 'static {
-    /// Whether `device` should serve reads now.
-    fn prefers(&self, device: usize) -> bool;
-}
-
-/// The default plan: every healthy device serves reads.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct AnyHealthy;
-
-impl ReadPlan for AnyHealthy {
-    fn prefers(&self, _device: usize) -> bool {
-        true
-    }
-}
+pub use railstore_rails::{AnyHealthy, ReadPlan};
 
 /// How often a transient device error is retried before it counts as a failure.
 const TRANSIENT_RETRIES: usize = 3;

@@ -612,3 +612,56 @@ async fn packing_updates_keep_old_sets_decodable_and_scrub_reclaims_dead_sets() 
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_go_to_the_devices_the_read_plan_prefers() {
+    use railstore_device::{MeteredDevice, OpKind};
+    use railstore_rails::{Schedule, ScheduleConfig, ScheduledReads};
+    let mems: Vec<Arc<MemDevice>> = (0..6).map(|_| mem()).collect();
+    let metered: Vec<Arc<MeteredDevice>> = mems
+        .iter()
+        .map(|m| Arc::new(MeteredDevice::new(m.clone())))
+        .collect();
+    let devs: Vec<Arc<dyn Device>> = metered
+        .iter()
+        .map(|m| m.clone() as Arc<dyn Device>)
+        .collect();
+    let m = Manager::open(
+        devs,
+        config(Policy::Standalone(Mechanism::parse("rep3").unwrap())),
+    )
+    .await
+    .unwrap();
+    let mut model = BTreeMap::new();
+    for i in 0..100u32 {
+        let k = format!("r{i}").into_bytes();
+        let v = vec![i as u8; 100 + i as usize];
+        m.put(&k, &v, StoreMode::Upsert, None).await.unwrap();
+        model.insert(k, v);
+    }
+    // Colours 0 and 1 read (devices 0, 1, 3, 4); colour 2 (devices 2 and 5) writes.
+    let schedule = Schedule::new(ScheduleConfig::new(3, 2)).unwrap();
+    let colours: Vec<usize> = (0..6).map(|d| m.layout().colour_of(d)).collect();
+    m.devices().set_read_plan(Arc::new(ScheduledReads::new(
+        schedule,
+        colours.clone(),
+        || 0,
+    )));
+    for d in &metered {
+        d.reset();
+    }
+    check_all(&m, &model, "rep3 under a read plan").await;
+    for (d, md) in metered.iter().enumerate() {
+        let reads = md.stats(OpKind::Retrieve).ops;
+        if colours[d] == 2 {
+            assert_eq!(reads, 0, "device {d} is a writer yet served {reads} reads");
+        }
+    }
+    assert!(
+        metered
+            .iter()
+            .map(|d| d.stats(OpKind::Retrieve).ops)
+            .sum::<u64>()
+            >= 100
+    );
+}
