@@ -121,6 +121,13 @@ impl WriteBuffer {
         Ok(())
     }
 
+    /// Drops the pending operation on `key`, if any (a newer write went to the device directly).
+    pub fn discard(&mut self, key: &[u8]) {
+        if let Some((_, op)) = self.latest.remove(key) {
+            self.bytes -= Self::cost(key, &op);
+        }
+    }
+
     /// The newest pending operation for `key`, if any: reads answer from it.
     pub fn get(&self, key: &[u8]) -> Option<&Pending> {
         self.latest.get(key).map(|(_, op)| op)

@@ -8,9 +8,11 @@
 pub mod buffer;
 pub mod plan;
 pub mod schedule;
+pub mod separated;
 
 pub use buffer::{BufferError, Pending, WriteBuffer};
 pub use plan::{AnyHealthy, ReadPlan, ScheduledReads};
+pub use separated::{DeviceCounters, DeviceSnapshot, Rails, RailsConfig, Separated};
 pub use schedule::{
     write_bound, write_buffer_bytes_min, Role, Schedule, ScheduleConfig, ScheduleError,
     WindowChoice, WindowSizer,

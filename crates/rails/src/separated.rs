@@ -1,0 +1,502 @@
+//! Read/write separation carried out: each device is wrapped in a [`Separated`] device that
+//! follows the role schedule. A write addressed to a device in the window (a reader) waits in
+//! its bounded write buffer; a flusher task writes the buffer out, in arrival order, while the
+//! device is a writer. Reads answer from the buffer first (it holds the newest data). The
+//! reliability manager above sees ordinary devices and asks [`Rails::read_plan`] where to read.
+//!
+//! Durability: buffered writes live in memory until flushed; `sync` makes durable what reached
+//! the device. With m >= k (or a replica on a writer) the writer-role pieces alone rebuild every
+//! object after a power loss; otherwise buffered pieces can be lost with it. The intent log that
+//! closes this gap is not built yet.
+
+use crate::buffer::{BufferError, Pending, WriteBuffer};
+use crate::plan::{ReadPlan, ScheduledReads};
+use crate::schedule::{Role, Schedule, ScheduleConfig};
+use async_trait::async_trait;
+use railstore_device::{
+    CompactStats, Device, DeviceError, DeviceInfo, IterBatch, IterEntry, IterRequest, Limits,
+    ReadRange, Retrieved, StoreMode,
+};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// How separation runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RailsConfig {
+    /// The role schedule.
+    pub schedule: ScheduleConfig,
+    /// Separate at all; off passes every operation straight through (the "mixed" baseline on
+    /// the same code path).
+    pub separation: bool,
+    /// Bound of each device's write buffer.
+    pub write_buffer_bytes_max: u64,
+    /// When a reader's buffer is full: write to the device anyway (partial separation) instead
+    /// of making the writer wait (back-pressure).
+    pub partial_when_full: bool,
+    /// Live bytes a writer-role device may copy per compaction pass of its flusher (0: never
+    /// compact from here).
+    pub compact_budget_bytes: u64,
+}
+
+impl RailsConfig {
+    /// Separation on with `schedule`, 256 MiB buffers, back-pressure, compaction while writing.
+    pub fn new(schedule: ScheduleConfig) -> RailsConfig {
+        RailsConfig {
+            schedule,
+            separation: true,
+            write_buffer_bytes_max: 256 << 20,
+            partial_when_full: false,
+            compact_budget_bytes: 64 << 20,
+        }
+    }
+}
+
+/// Counters of one device, readable while running.
+#[derive(Debug, Default)]
+pub struct DeviceCounters {
+    /// Writes buffered because the device was a reader (or guarding, or still flushing).
+    pub buffered_ops: AtomicU64,
+    /// Writes that went straight to the device as a writer.
+    pub direct_ops: AtomicU64,
+    /// Writes sent to a reader because its buffer was full (partial separation).
+    pub partial_ops: AtomicU64,
+    /// Operations flushed from the buffer.
+    pub flushed_ops: AtomicU64,
+    /// Value bytes flushed.
+    pub flushed_bytes: AtomicU64,
+    /// Reads answered from the buffer.
+    pub buffer_reads: AtomicU64,
+    /// Times a writer waited for buffer room.
+    pub backpressure_waits: AtomicU64,
+    /// Compaction passes run while a writer.
+    pub compactions: AtomicU64,
+}
+
+/// A snapshot of one device's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceSnapshot {
+    /// Its role now.
+    pub role: Role,
+    /// Bytes waiting in its buffer.
+    pub buffer_bytes: u64,
+    /// Keys waiting in its buffer.
+    pub buffer_keys: usize,
+}
+
+struct DeviceState {
+    inner: Arc<dyn Device>,
+    buffer: Mutex<WriteBuffer>,
+    /// Wakes the flusher (new work, or a role change it computed).
+    work: Notify,
+    /// Wakes writers waiting for buffer room.
+    room: Notify,
+    counters: DeviceCounters,
+}
+
+/// Shared state of separation over an array.
+pub struct Rails {
+    cfg: RailsConfig,
+    plan: Arc<ScheduledReads>,
+    start: Instant,
+    devices: Vec<Arc<DeviceState>>,
+}
+
+impl std::fmt::Debug for Rails {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rails")
+            .field("cfg", &self.cfg)
+            .field("devices", &self.devices.len())
+            .finish()
+    }
+}
+
+impl Rails {
+    /// Wraps `devices` (device d has colour `colour_of[d]`) and starts one flusher task per
+    /// device; call inside a tokio runtime. Returns the shared state and the wrapped devices to
+    /// hand to the reliability manager.
+    pub fn new(
+        cfg: RailsConfig,
+        devices: Vec<Arc<dyn Device>>,
+        colour_of: Vec<usize>,
+    ) -> Result<(Arc<Rails>, Vec<Arc<dyn Device>>), DeviceError> {
+        if devices.len() != colour_of.len() {
+            return Err(DeviceError::Config(format!(
+                "{} devices but {} colours",
+                devices.len(),
+                colour_of.len()
+            )));
+        }
+        if let Some(c) = colour_of.iter().find(|&&c| c >= cfg.schedule.colours) {
+            return Err(DeviceError::Config(format!(
+                "colour {c} outside the schedule's {} colours",
+                cfg.schedule.colours
+            )));
+        }
+        let schedule =
+            Schedule::new(cfg.schedule).map_err(|e| DeviceError::Config(e.to_string()))?;
+        let start = Instant::now();
+        let plan = Arc::new(ScheduledReads::new(schedule, colour_of, move || {
+            start.elapsed().as_nanos() as u64
+        }));
+        let states: Vec<Arc<DeviceState>> = devices
+            .into_iter()
+            .map(|inner| {
+                Arc::new(DeviceState {
+                    inner,
+                    buffer: Mutex::new(WriteBuffer::new(cfg.write_buffer_bytes_max)),
+                    work: Notify::new(),
+                    room: Notify::new(),
+                    counters: DeviceCounters::default(),
+                })
+            })
+            .collect();
+        let rails = Arc::new(Rails {
+            cfg,
+            plan,
+            start,
+            devices: states,
+        });
+        let wrapped = (0..rails.devices.len())
+            .map(|d| {
+                if rails.cfg.separation {
+                    tokio::spawn(flusher(Arc::downgrade(&rails), d));
+                }
+                Arc::new(Separated {
+                    rails: rails.clone(),
+                    d,
+                }) as Arc<dyn Device>
+            })
+            .collect();
+        Ok((rails, wrapped))
+    }
+
+    /// Where reads should go now: the window's devices (every device with separation off).
+    pub fn read_plan(&self) -> Arc<dyn ReadPlan> {
+        if self.cfg.separation {
+            self.plan.clone()
+        } else {
+            Arc::new(crate::plan::AnyHealthy)
+        }
+    }
+
+    /// Nanoseconds since separation started (virtual under a paused-clock runtime).
+    pub fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    /// The role of device `d` now.
+    pub fn role(&self, d: usize) -> Role {
+        if self.cfg.separation {
+            self.plan.role(d)
+        } else {
+            Role::Writer
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RailsConfig {
+        &self.cfg
+    }
+
+    /// Counters of device `d`.
+    pub fn counters(&self, d: usize) -> &DeviceCounters {
+        &self.devices[d].counters
+    }
+
+    /// Role and buffer of every device now.
+    pub fn snapshot(&self) -> Vec<DeviceSnapshot> {
+        (0..self.devices.len())
+            .map(|d| {
+                let b = self.devices[d].buffer.lock().unwrap();
+                DeviceSnapshot {
+                    role: self.role(d),
+                    buffer_bytes: b.bytes(),
+                    buffer_keys: b.len(),
+                }
+            })
+            .collect()
+    }
+
+    /// Writes every buffer out now, whatever the roles (shutdown, or before a crash-safe
+    /// checkpoint); reads may see write latency meanwhile.
+    pub async fn drain(&self) -> Result<(), DeviceError> {
+        for d in 0..self.devices.len() {
+            flush_all(&self.devices[d], None).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Applies buffered operations to the device in arrival order while `keep_going` holds.
+async fn flush_all(
+    st: &DeviceState,
+    keep_going: Option<&(dyn Fn() -> bool + Sync)>,
+) -> Result<(), DeviceError> {
+    loop {
+        if keep_going.is_some_and(|k| !k()) {
+            return Ok(());
+        }
+        let Some((seq, key, op)) = st.buffer.lock().unwrap().next_to_flush() else {
+            return Ok(());
+        };
+        let bytes = match &op {
+            Pending::Store(v) => {
+                st.inner.store(&key, v, StoreMode::Upsert).await?;
+                v.len() as u64
+            }
+            Pending::Delete => {
+                st.inner.delete(&key, false).await?;
+                0
+            }
+        };
+        st.buffer.lock().unwrap().flushed(seq, &key);
+        st.counters.flushed_ops.fetch_add(1, Ordering::Relaxed);
+        st.counters
+            .flushed_bytes
+            .fetch_add(bytes, Ordering::Relaxed);
+        st.room.notify_waiters();
+    }
+}
+
+/// One device's flusher: writes its buffer out whenever it is a writer, compacts it then, and
+/// sleeps until its role changes or new work arrives.
+async fn flusher(rails: std::sync::Weak<Rails>, d: usize) {
+    loop {
+        let Some(r) = rails.upgrade() else { return };
+        let st = r.devices[d].clone();
+        let now = r.now_ns();
+        let wake_at = r.plan.with_schedule(|s| s.next_change(now));
+        if r.role(d) == Role::Writer {
+            let check = {
+                let r = r.clone();
+                move || r.role(d) == Role::Writer
+            };
+            if let Err(e) = flush_all(&st, Some(&check)).await {
+                tracing::warn!(device = d, error = %e, "flush failed; retrying at the next role change");
+            } else if r.cfg.compact_budget_bytes > 0 && check() {
+                if let Ok(s) = st.inner.compact(r.cfg.compact_budget_bytes).await {
+                    if s.segments_freed > 0 {
+                        st.counters.compactions.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+        let deadline = r.start + std::time::Duration::from_nanos(wake_at);
+        drop(r);
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => {}
+            _ = st.work.notified() => {}
+        }
+    }
+}
+
+/// One device behind read/write separation.
+pub struct Separated {
+    rails: Arc<Rails>,
+    d: usize,
+}
+
+impl Separated {
+    fn st(&self) -> &DeviceState {
+        &self.rails.devices[self.d]
+    }
+
+    /// Sends a write now or buffers it, by role; waits for room when the buffer is full.
+    async fn write(&self, key: &[u8], op: Pending) -> Result<(), DeviceError> {
+        let st = self.st();
+        if !self.rails.cfg.separation {
+            return apply(st, key, &op).await;
+        }
+        loop {
+            let room = st.room.notified();
+            match self.place(key, &op) {
+                Placed::Buffered => return Ok(()),
+                Placed::Direct => return apply(st, key, &op).await,
+                Placed::Full => room.await,
+            }
+        }
+    }
+
+    /// Decides, under the buffer lock, where a write goes.
+    fn place(&self, key: &[u8], op: &Pending) -> Placed {
+        let st = self.st();
+        let role = self.rails.role(self.d);
+        let mut b = st.buffer.lock().unwrap();
+        // A writer with nothing pending writes directly; otherwise order needs the buffer (a
+        // writer still flushing keeps taking writes behind its backlog).
+        if role == Role::Writer && b.is_empty() {
+            st.counters.direct_ops.fetch_add(1, Ordering::Relaxed);
+            return Placed::Direct;
+        }
+        match b.push(key, op.clone()) {
+            Ok(()) => {
+                st.counters.buffered_ops.fetch_add(1, Ordering::Relaxed);
+                if role == Role::Writer {
+                    st.work.notify_one();
+                }
+                Placed::Buffered
+            }
+            Err(BufferError::Full { .. }) if self.rails.cfg.partial_when_full => {
+                // Partial separation: the device takes it now. An older buffered op on this key
+                // goes, so it cannot overwrite this one when flushed.
+                b.discard(key);
+                st.counters.partial_ops.fetch_add(1, Ordering::Relaxed);
+                Placed::Direct
+            }
+            Err(BufferError::Full { .. }) => {
+                st.counters
+                    .backpressure_waits
+                    .fetch_add(1, Ordering::Relaxed);
+                Placed::Full
+            }
+        }
+    }
+}
+
+enum Placed {
+    Buffered,
+    Direct,
+    Full,
+}
+
+async fn apply(st: &DeviceState, key: &[u8], op: &Pending) -> Result<(), DeviceError> {
+    match op {
+        Pending::Store(v) => st.inner.store(key, v, StoreMode::Upsert).await,
+        Pending::Delete => st.inner.delete(key, false).await.map(|_| ()),
+    }
+}
+
+#[async_trait]
+impl Device for Separated {
+    async fn store(&self, key: &[u8], value: &[u8], mode: StoreMode) -> Result<(), DeviceError> {
+        self.limits().check(key, value)?;
+        if mode != StoreMode::Upsert {
+            let exists = self.exist(&[key]).await?[0];
+            mode.check(key, exists)?;
+        }
+        self.write(key, Pending::Store(value.to_vec())).await
+    }
+
+    async fn retrieve(&self, key: &[u8], range: ReadRange) -> Result<Retrieved, DeviceError> {
+        let st = self.st();
+        let buffered = st.buffer.lock().unwrap().get(key).cloned();
+        match buffered {
+            Some(Pending::Store(v)) => {
+                st.counters.buffer_reads.fetch_add(1, Ordering::Relaxed);
+                let (a, b) = range.resolve(v.len() as u64)?;
+                Ok(Retrieved {
+                    value: v[a as usize..b as usize].to_vec(),
+                    value_len: v.len() as u64,
+                })
+            }
+            Some(Pending::Delete) => {
+                st.counters.buffer_reads.fetch_add(1, Ordering::Relaxed);
+                Err(DeviceError::KeyNotFound { key: key.to_vec() })
+            }
+            None => st.inner.retrieve(key, range).await,
+        }
+    }
+
+    async fn delete(&self, key: &[u8], must_exist: bool) -> Result<bool, DeviceError> {
+        let existed = self.exist(&[key]).await?[0];
+        if must_exist && !existed {
+            return Err(DeviceError::KeyNotFound { key: key.to_vec() });
+        }
+        self.write(key, Pending::Delete).await?;
+        Ok(existed)
+    }
+
+    async fn exist(&self, keys: &[&[u8]]) -> Result<Vec<bool>, DeviceError> {
+        let st = self.st();
+        let known: Vec<Option<bool>> = {
+            let b = st.buffer.lock().unwrap();
+            keys.iter()
+                .map(|k| b.get(k).map(|op| matches!(op, Pending::Store(_))))
+                .collect()
+        };
+        let ask: Vec<&[u8]> = keys
+            .iter()
+            .zip(&known)
+            .filter(|(_, k)| k.is_none())
+            .map(|(k, _)| *k)
+            .collect();
+        let mut answers = if ask.is_empty() {
+            Vec::new()
+        } else {
+            st.inner.exist(&ask).await?
+        }
+        .into_iter();
+        Ok(known
+            .into_iter()
+            .map(|k| k.unwrap_or_else(|| answers.next().unwrap_or(false)))
+            .collect())
+    }
+
+    /// The device's keys with the buffer laid over them.
+    async fn iterate(&self, req: &IterRequest) -> Result<IterBatch, DeviceError> {
+        let st = self.st();
+        let batch = st.inner.iterate(req).await?;
+        let upper = batch
+            .more
+            .then(|| batch.entries.last().map(|e| e.key.clone()))
+            .flatten();
+        let mut merged: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> = batch
+            .entries
+            .into_iter()
+            .map(|e| (e.key, e.value))
+            .collect();
+        {
+            let b = st.buffer.lock().unwrap();
+            for (k, op) in b.keys_with_prefix(&req.prefix) {
+                if req.start_after.as_deref().is_some_and(|s| k <= s) {
+                    continue;
+                }
+                if upper.as_deref().is_some_and(|u| k > u) {
+                    break;
+                }
+                match op {
+                    Pending::Store(v) => {
+                        merged.insert(k.to_vec(), req.with_values.then(|| v.clone()));
+                    }
+                    Pending::Delete => {
+                        merged.remove(k);
+                    }
+                }
+            }
+        }
+        let limit = if req.entries_max == 0 {
+            usize::MAX
+        } else {
+            req.entries_max
+        };
+        let more = batch.more || merged.len() > limit;
+        let entries = merged
+            .into_iter()
+            .take(limit)
+            .map(|(key, value)| IterEntry { key, value })
+            .collect();
+        Ok(IterBatch { entries, more })
+    }
+
+    async fn info(&self) -> Result<DeviceInfo, DeviceError> {
+        self.st().inner.info().await
+    }
+
+    async fn sync(&self) -> Result<(), DeviceError> {
+        self.st().inner.sync().await
+    }
+
+    /// Housekeeping only while a writer; the flusher also compacts then.
+    async fn compact(&self, budget_bytes: u64) -> Result<CompactStats, DeviceError> {
+        if self.rails.role(self.d) != Role::Writer {
+            return Ok(CompactStats::default());
+        }
+        self.st().inner.compact(budget_bytes).await
+    }
+
+    fn limits(&self) -> Limits {
+        self.st().inner.limits()
+    }
+}
