@@ -12,8 +12,8 @@ pub mod separated;
 
 pub use buffer::{BufferError, Pending, WriteBuffer};
 pub use plan::{AnyHealthy, ReadPlan, ScheduledReads};
-pub use separated::{DeviceCounters, DeviceSnapshot, Rails, RailsConfig, Separated};
 pub use schedule::{
     write_bound, write_buffer_bytes_min, Role, Schedule, ScheduleConfig, ScheduleError,
     WindowChoice, WindowSizer,
 };
+pub use separated::{DeviceCounters, DeviceSnapshot, Rails, RailsConfig, Separated};
