@@ -95,6 +95,9 @@ struct DeviceState {
     counters: DeviceCounters,
 }
 
+/// What [`Rails::new`] returns: the shared state and the wrapped devices.
+pub type RailsAndDevices = (Arc<Rails>, Vec<Arc<dyn Device>>);
+
 /// Shared state of separation over an array.
 pub struct Rails {
     cfg: RailsConfig,
@@ -120,7 +123,7 @@ impl Rails {
         cfg: RailsConfig,
         devices: Vec<Arc<dyn Device>>,
         colour_of: Vec<usize>,
-    ) -> Result<(Arc<Rails>, Vec<Arc<dyn Device>>), DeviceError> {
+    ) -> Result<RailsAndDevices, DeviceError> {
         if devices.len() != colour_of.len() {
             return Err(DeviceError::Config(format!(
                 "{} devices but {} colours",
