@@ -121,6 +121,13 @@ impl WriteBuffer {
         Ok(())
     }
 
+    /// Drops everything pending (the device failed: its writes go to the rebuild path).
+    pub fn clear(&mut self) {
+        self.latest.clear();
+        self.order.clear();
+        self.bytes = 0;
+    }
+
     /// Drops the pending operation on `key`, if any (a newer write went to the device directly).
     pub fn discard(&mut self, key: &[u8]) {
         if let Some((_, op)) = self.latest.remove(key) {

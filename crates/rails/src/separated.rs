@@ -87,6 +87,9 @@ pub struct DeviceSnapshot {
 
 struct DeviceState {
     inner: Arc<dyn Device>,
+    /// The device failed: its buffer was dropped and every operation fails fast, so writers
+    /// never wait on a buffer nobody will flush (its data comes back by rebuild).
+    failed: std::sync::atomic::AtomicBool,
     buffer: Mutex<WriteBuffer>,
     /// Wakes the flusher (new work, or a role change it computed).
     work: Notify,
@@ -148,6 +151,7 @@ impl Rails {
             .map(|inner| {
                 Arc::new(DeviceState {
                     inner,
+                    failed: std::sync::atomic::AtomicBool::new(false),
                     buffer: Mutex::new(WriteBuffer::new(cfg.write_buffer_bytes_max)),
                     work: Notify::new(),
                     room: Notify::new(),
@@ -232,6 +236,33 @@ impl Rails {
     }
 }
 
+impl DeviceState {
+    fn fail(&self) {
+        if !self.failed.swap(true, Ordering::SeqCst) {
+            let dropped = {
+                let mut b = self.buffer.lock().unwrap();
+                let n = b.len();
+                b.clear();
+                n
+            };
+            tracing::warn!(
+                dropped,
+                "device failed; its buffered writes are dropped for rebuild"
+            );
+        }
+        self.room.notify_waiters();
+    }
+
+    fn check(&self) -> Result<(), DeviceError> {
+        if self.failed.load(Ordering::SeqCst) {
+            return Err(DeviceError::Failed {
+                reason: "failed under read/write separation",
+            });
+        }
+        Ok(())
+    }
+}
+
 /// Applies buffered operations to the device in arrival order while `keep_going` holds.
 async fn flush_all(
     st: &DeviceState,
@@ -244,14 +275,21 @@ async fn flush_all(
         let Some((seq, key, op)) = st.buffer.lock().unwrap().next_to_flush() else {
             return Ok(());
         };
-        let bytes = match &op {
-            Pending::Store(v) => {
-                st.inner.store(&key, v, StoreMode::Upsert).await?;
-                v.len() as u64
-            }
-            Pending::Delete => {
-                st.inner.delete(&key, false).await?;
-                0
+        let res = match &op {
+            Pending::Store(v) => st
+                .inner
+                .store(&key, v, StoreMode::Upsert)
+                .await
+                .map(|_| v.len() as u64),
+            Pending::Delete => st.inner.delete(&key, false).await.map(|_| 0),
+        };
+        let bytes = match res {
+            Ok(b) => b,
+            Err(e) => {
+                if matches!(e, DeviceError::Failed { .. } | DeviceError::Io { .. }) {
+                    st.fail();
+                }
+                return Err(e);
             }
         };
         st.buffer.lock().unwrap().flushed(seq, &key);
@@ -313,6 +351,7 @@ impl Separated {
             return apply(st, key, &op).await;
         }
         loop {
+            st.check()?;
             let room = st.room.notified();
             match self.place(key, &op) {
                 Placed::Buffered => return Ok(()),
@@ -365,10 +404,17 @@ enum Placed {
 }
 
 async fn apply(st: &DeviceState, key: &[u8], op: &Pending) -> Result<(), DeviceError> {
-    match op {
+    let res = match op {
         Pending::Store(v) => st.inner.store(key, v, StoreMode::Upsert).await,
         Pending::Delete => st.inner.delete(key, false).await.map(|_| ()),
+    };
+    if matches!(
+        res,
+        Err(DeviceError::Failed { .. } | DeviceError::Io { .. })
+    ) {
+        st.fail();
     }
+    res
 }
 
 #[async_trait]
@@ -384,6 +430,7 @@ impl Device for Separated {
 
     async fn retrieve(&self, key: &[u8], range: ReadRange) -> Result<Retrieved, DeviceError> {
         let st = self.st();
+        st.check()?;
         let buffered = st.buffer.lock().unwrap().get(key).cloned();
         match buffered {
             Some(Pending::Store(v)) => {

@@ -200,3 +200,63 @@ async fn small_buffers_apply_back_pressure_and_stay_bounded() {
 async fn partial_separation_when_full_loses_nothing() {
     run(11, 8 << 10, true).await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_device_drops_its_buffer_and_fails_fast() {
+    use railstore_device::{FaultConfig, FaultyDevice};
+    let faulty: Vec<Arc<FaultyDevice>> = (0..3)
+        .map(|_| {
+            Arc::new(FaultyDevice::new(
+                Arc::new(MemDevice::new(MemConfig::default()).unwrap()),
+                FaultConfig::default(),
+            ))
+        })
+        .collect();
+    let cfg = RailsConfig {
+        write_buffer_bytes_max: 64 << 10,
+        ..RailsConfig::new(ScheduleConfig {
+            colours: 3,
+            frame: Duration::from_millis(100),
+            window_min: 1,
+            window_max: 1,
+            guard: Duration::from_millis(10),
+        })
+    };
+    let (rails, devs) = Rails::new(
+        cfg,
+        faulty
+            .iter()
+            .map(|f| f.clone() as Arc<dyn Device>)
+            .collect(),
+        vec![0, 1, 2],
+    )
+    .unwrap();
+    // Device 0 reads in frame 0: its writes are buffered.
+    assert_eq!(rails.role(0), Role::Reader);
+    devs[0]
+        .store(b"a", &[1; 1000], StoreMode::Upsert)
+        .await
+        .unwrap();
+    assert_eq!(rails.snapshot()[0].buffer_keys, 1);
+    faulty[0].fail_stop();
+    // It turns writer, the flush fails, the buffer goes, and writers no longer wait on it.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(rails.snapshot()[0].buffer_bytes, 0);
+    let started = Instant::now();
+    for _ in 0..200 {
+        assert!(devs[0]
+            .store(b"b", &[2; 1000], StoreMode::Upsert)
+            .await
+            .is_err());
+    }
+    assert!(
+        started.elapsed() < Duration::from_millis(1),
+        "writes to a failed device waited"
+    );
+    // The other devices go on.
+    devs[1].store(b"c", b"v", StoreMode::Upsert).await.unwrap();
+    assert_eq!(
+        devs[1].retrieve(b"c", ReadRange::ALL).await.unwrap().value,
+        b"v"
+    );
+}
