@@ -16,4 +16,6 @@ pub use schedule::{
     write_bound, write_buffer_bytes_min, Role, Schedule, ScheduleConfig, ScheduleError,
     WindowChoice, WindowSizer,
 };
-pub use separated::{DeviceCounters, DeviceSnapshot, Rails, RailsConfig, Separated};
+pub use separated::{
+    AdaptiveWindow, DeviceCounters, DeviceSnapshot, Rails, RailsAndDevices, RailsConfig, Separated,
+};

@@ -38,6 +38,18 @@ pub struct RailsConfig {
     /// Live bytes a writer-role device may copy per compaction pass of its flusher (0: never
     /// compact from here).
     pub compact_budget_bytes: u64,
+    /// Size the window from the load measured each frame (Rails §4.3.1); `None` keeps it at
+    /// the schedule's minimum.
+    pub adaptive: Option<AdaptiveWindow>,
+}
+
+/// What one device sustains, for sizing the window from measured load.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdaptiveWindow {
+    /// Read bytes/s one device serves.
+    pub read_bytes_per_s: f64,
+    /// Write bytes/s one device absorbs.
+    pub write_bytes_per_s: f64,
 }
 
 impl RailsConfig {
@@ -49,6 +61,7 @@ impl RailsConfig {
             write_buffer_bytes_max: 256 << 20,
             partial_when_full: false,
             compact_budget_bytes: 64 << 20,
+            adaptive: None,
         }
     }
 }
@@ -72,6 +85,10 @@ pub struct DeviceCounters {
     pub backpressure_waits: AtomicU64,
     /// Compaction passes run while a writer.
     pub compactions: AtomicU64,
+    /// Value bytes read through this device (buffer hits included).
+    pub read_bytes: AtomicU64,
+    /// Value bytes written to this device (buffered or direct).
+    pub written_bytes: AtomicU64,
 }
 
 /// A snapshot of one device's state.
@@ -104,6 +121,9 @@ pub type RailsAndDevices = (Arc<Rails>, Vec<Arc<dyn Device>>);
 /// Shared state of separation over an array.
 pub struct Rails {
     cfg: RailsConfig,
+    /// Frames in which the writes needed more writers than the smallest window leaves
+    /// (W > W_sep: separation can only be partial).
+    partial_frames: AtomicU64,
     plan: Arc<ScheduledReads>,
     start: Instant,
     devices: Vec<Arc<DeviceState>>,
@@ -161,6 +181,7 @@ impl Rails {
             .collect();
         let rails = Arc::new(Rails {
             cfg,
+            partial_frames: AtomicU64::new(0),
             plan,
             start,
             devices: states,
@@ -176,6 +197,9 @@ impl Rails {
                 }) as Arc<dyn Device>
             })
             .collect();
+        if rails.cfg.separation && rails.cfg.adaptive.is_some() {
+            tokio::spawn(window_controller(Arc::downgrade(&rails)));
+        }
         Ok((rails, wrapped))
     }
 
@@ -200,6 +224,17 @@ impl Rails {
         } else {
             Role::Writer
         }
+    }
+
+    /// Window size in the current frame.
+    pub fn window_size(&self) -> usize {
+        let now = self.now_ns();
+        self.plan.with_schedule(|s| s.window_size(s.frame_at(now)))
+    }
+
+    /// Frames so far whose write load exceeded what separation sustains.
+    pub fn partial_frames(&self) -> u64 {
+        self.partial_frames.load(Ordering::Relaxed)
     }
 
     /// The configuration.
@@ -301,6 +336,52 @@ async fn flush_all(
     }
 }
 
+/// Once per frame: measures the device read and write bytes of the frame that ended and plans
+/// the window two frames ahead (a colour joining then still gets its guard).
+async fn window_controller(rails: std::sync::Weak<Rails>) {
+    let mut last = (0u64, 0u64);
+    loop {
+        let Some(r) = rails.upgrade() else { return };
+        let Some(a) = r.cfg.adaptive else { return };
+        let now = r.now_ns();
+        let (f, next) = r
+            .plan
+            .with_schedule(|s| (s.frame_at(now), s.frame_start(s.frame_at(now) + 1)));
+        let sums = r.devices.iter().fold((0, 0), |acc, st| {
+            (
+                acc.0 + st.counters.read_bytes.load(Ordering::Relaxed),
+                acc.1 + st.counters.written_bytes.load(Ordering::Relaxed),
+            )
+        });
+        let frame_s = r.cfg.schedule.frame.as_secs_f64();
+        let (reads, writes) = (
+            (sums.0 - last.0) as f64 / frame_s,
+            (sums.1 - last.1) as f64 / frame_s,
+        );
+        last = sums;
+        let sched = r.cfg.schedule;
+        let choice = crate::schedule::WindowSizer {
+            colours: sched.colours,
+            window_min: sched.window_min,
+            window_max: sched.window_max,
+            read_bytes_per_s: a.read_bytes_per_s,
+            write_bytes_per_s: a.write_bytes_per_s,
+            // Device bytes already include every piece, so each counts once.
+            write_factor: 1.0,
+        }
+        .choose(reads, writes);
+        if choice.partial {
+            r.partial_frames.fetch_add(1, Ordering::Relaxed);
+        }
+        let _ = r
+            .plan
+            .with_schedule(|s| s.set_window_size(f + 2, choice.size, now));
+        let deadline = r.start + std::time::Duration::from_nanos(next);
+        drop(r);
+        tokio::time::sleep_until(deadline).await;
+    }
+}
+
 /// One device's flusher: writes its buffer out whenever it is a writer, compacts it then, and
 /// sleeps until its role changes or new work arrives.
 async fn flusher(rails: std::sync::Weak<Rails>, d: usize) {
@@ -347,6 +428,11 @@ impl Separated {
     /// Sends a write now or buffers it, by role; waits for room when the buffer is full.
     async fn write(&self, key: &[u8], op: Pending) -> Result<(), DeviceError> {
         let st = self.st();
+        if let Pending::Store(v) = &op {
+            st.counters
+                .written_bytes
+                .fetch_add(v.len() as u64, Ordering::Relaxed);
+        }
         if !self.rails.cfg.separation {
             return apply(st, key, &op).await;
         }
@@ -436,6 +522,7 @@ impl Device for Separated {
             Some(Pending::Store(v)) => {
                 st.counters.buffer_reads.fetch_add(1, Ordering::Relaxed);
                 let (a, b) = range.resolve(v.len() as u64)?;
+                st.counters.read_bytes.fetch_add(b - a, Ordering::Relaxed);
                 Ok(Retrieved {
                     value: v[a as usize..b as usize].to_vec(),
                     value_len: v.len() as u64,
@@ -445,7 +532,13 @@ impl Device for Separated {
                 st.counters.buffer_reads.fetch_add(1, Ordering::Relaxed);
                 Err(DeviceError::KeyNotFound { key: key.to_vec() })
             }
-            None => st.inner.retrieve(key, range).await,
+            None => {
+                let r = st.inner.retrieve(key, range).await?;
+                st.counters
+                    .read_bytes
+                    .fetch_add(r.value.len() as u64, Ordering::Relaxed);
+                Ok(r)
+            }
         }
     }
 

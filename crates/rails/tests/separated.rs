@@ -260,3 +260,53 @@ async fn a_failed_device_drops_its_buffer_and_fails_fast() {
         b"v"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_window_follows_the_measured_load() {
+    use railstore_rails::AdaptiveWindow;
+    let mems: Vec<Arc<MemDevice>> = (0..4)
+        .map(|_| Arc::new(MemDevice::new(MemConfig::default()).unwrap()))
+        .collect();
+    let cfg = RailsConfig {
+        adaptive: Some(AdaptiveWindow {
+            read_bytes_per_s: 100_000.0,
+            write_bytes_per_s: 100_000.0,
+        }),
+        ..RailsConfig::new(ScheduleConfig {
+            colours: 4,
+            frame: Duration::from_millis(100),
+            window_min: 1,
+            window_max: 3,
+            guard: Duration::from_millis(10),
+        })
+    };
+    let (rails, devs) = Rails::new(
+        cfg,
+        mems.iter().map(|m| m.clone() as Arc<dyn Device>).collect(),
+        vec![0, 1, 2, 3],
+    )
+    .unwrap();
+    for d in &devs {
+        d.store(b"x", &[7; 1000], StoreMode::Upsert).await.unwrap();
+    }
+    assert_eq!(rails.window_size(), 1);
+    // Reads of 2.5 MB/s want more readers than the window may have: it grows to its maximum.
+    for _ in 0..100 {
+        for _ in 0..25 {
+            devs[0].retrieve(b"x", ReadRange::ALL).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(rails.window_size(), 3);
+    assert_eq!(rails.partial_frames(), 0);
+    // Writes of 500 KB/s need five writers of four colours: back to one reader, and separation
+    // is only partial.
+    for _ in 0..100 {
+        for d in &devs {
+            d.store(b"y", &[1; 1250], StoreMode::Upsert).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(rails.window_size(), 1);
+    assert!(rails.partial_frames() > 0);
+}
