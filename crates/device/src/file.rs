@@ -1,6 +1,8 @@
-//! `file`: a log-structured key-value store in a directory of segment files.
+//! `file`: a log-structured key-value store in a directory of segment files, or in one
+//! preallocated regular file or raw block device divided into fixed-size segment slots
+//! (`layout`; both byte by byte in `docs/format.md`).
 //!
-//! Records (`format`) are packed back to back into segment files (values of 4 KiB and more start
+//! Records (`format`) are packed back to back into segments (values of 4 KiB and more start
 //! on a 512-byte boundary, so they read with exactly their own blocks) through aligned in-memory
 //! write buffers and written in aligned blocks, with O_DIRECT where the file system allows it.
 //! One flusher thread per device writes full buffers in order (large ones as several concurrent
@@ -13,9 +15,12 @@
 //! rebuilds the index on open (a checkpoint that disagrees with the log is ignored); a torn or
 //! corrupt tail fails its CRC and is cut off, after a copy to a side file if intact records lie
 //! behind it. A failed write or fdatasync stops the device for good. Compaction
-//! copies the live records of a sealed segment to the log head and deletes the segment; the
+//! copies the live records of a sealed segment to the log head and deletes the segment (or
+//! frees its slot); the
 //! owner calls it through [`Device::compact`], or a background thread does when
 //! [`CompactionPolicy::Auto`] is set.
+
+mod layout;
 
 use crate::aligned::{align_down, align_up, AlignedBuf, ALIGN_BYTES};
 use crate::api::{
@@ -25,22 +30,20 @@ use crate::api::{
 use crate::error::{DeviceError, Result};
 use crate::format::{
     body_crc, decode_checkpoint, decode_record, encode_checkpoint, encode_record,
-    find_intact_record, header_prefix, record_len, scan_records, value_pad, Checkpoint, Loc,
-    RecordKind, VALUE_ALIGN_BYTES, VALUE_ALIGN_MIN_BYTES,
+    find_intact_record, header_prefix, newer_intact_records, record_len, scan_records, value_pad,
+    Checkpoint, Loc, RecordKind, VALUE_ALIGN_BYTES, VALUE_ALIGN_MIN_BYTES,
 };
 use async_trait::async_trait;
+use layout::{read_aligned, DeviceLock, Found, Layout, SegIo, SegPlace};
+pub use layout::{CHECKPOINT_FILE, LOCK_FILE};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// Name of the checkpoint file in the device directory.
-pub const CHECKPOINT_FILE: &str = "checkpoint";
-/// Name of the lock file that keeps two processes from opening one device.
-pub const LOCK_FILE: &str = "LOCK";
 /// Full buffers allowed to wait for the flusher before stores wait.
 const QUEUED_BUFFERS_MAX: usize = 4;
 /// Large flushes are cut into chunks of this size written concurrently.
@@ -60,16 +63,36 @@ pub enum CompactionPolicy {
     },
 }
 
+/// Which on-disk layout [`FileDevice::open`] uses for its path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FileLayout {
+    /// By what the path is: a directory, or a path that does not exist, gives
+    /// [`FileLayout::Directory`] (created if missing); a regular file or a block device gives
+    /// [`FileLayout::SingleFile`].
+    #[default]
+    Auto,
+    /// One file per segment in a directory (created if missing); a file is refused.
+    Directory,
+    /// The whole device in one regular file or raw block device: a path that does not exist is
+    /// created as a file preallocated for `capacity_bytes` of segments (plus metadata); an empty
+    /// regular file is grown the same way; a file or block device without a superblock is
+    /// formatted only if its first 8 KiB are zero; a directory is refused.
+    SingleFile,
+}
+
 /// Settings of a [`FileDevice`].
 #[derive(Debug, Clone)]
 pub struct FileConfig {
-    /// Bytes of segments the device may hold (live and dead).
+    /// Bytes of segments the device may hold (live and dead). For the single-file layout, the
+    /// size of a file it creates; an existing file or block device gives at most its slots'
+    /// bytes.
     pub capacity_bytes: u64,
     /// Key and value limits.
     pub limits: Limits,
     /// Most operations in flight.
     pub queue_depth_max: usize,
-    /// Size at which a segment is sealed and a new one started.
+    /// Size at which a segment is sealed and a new one started. A single-file device keeps the
+    /// size it was formatted with.
     pub segment_bytes: u64,
     /// Capacity of each of the write buffers (the active one and those being flushed).
     pub write_buffer_bytes: usize,
@@ -83,6 +106,12 @@ pub struct FileConfig {
     pub direct_io: bool,
     /// Read through io_uring (falls back to a blocking thread pool where unavailable).
     pub io_uring: bool,
+    /// Directory or single file (see [`FileLayout`]).
+    pub layout: FileLayout,
+    /// Where the single-file layout copies a cut log tail that still holds intact records
+    /// (see [`RecoveryReport::set_aside`]); `None`: the device file's directory. A block device
+    /// needs it set, or such a device does not open.
+    pub aside_dir: Option<PathBuf>,
 }
 
 impl Default for FileConfig {
@@ -100,6 +129,8 @@ impl Default for FileConfig {
             },
             direct_io: true,
             io_uring: true,
+            layout: FileLayout::Auto,
+            aside_dir: None,
         }
     }
 }
@@ -145,26 +176,50 @@ pub struct RecoveryReport {
     /// Sealed segments with corruption inside (records after it were lost).
     pub corrupt_segments: Vec<u64>,
     /// Copies of cut tails of the last segment that still held intact records behind a corrupt
-    /// one (`seg-NNNNNNNNNN.log.corrupt-<offset>`; see docs/format.md). The device never reads
-    /// them; they are kept for inspection and manual recovery.
+    /// one (`seg-NNNNNNNNNN.log.corrupt-<offset>`, or `<file>.corrupt-<segment>-<offset>` for
+    /// the single-file layout; see docs/format.md). The device never reads them; they are kept
+    /// for inspection and manual recovery.
     pub set_aside: Vec<PathBuf>,
     /// O_DIRECT is in use.
     pub direct_io: bool,
+    /// The single-file layout is in use.
+    pub single_file: bool,
+    /// A damaged superblock copy was rewritten from the other (single-file layout).
+    pub superblock_repaired: bool,
+    /// The newest checkpoint did not decode (a torn write) and an older one was used
+    /// (single-file layout).
+    pub checkpoint_fallback: bool,
+}
+
+/// Where one segment's bytes lie ([`FileDevice::segment_extents`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentExtent {
+    /// Segment id.
+    pub id: u64,
+    /// The segment file, or the device file that holds the slot.
+    pub path: PathBuf,
+    /// Offset of the segment's byte 0 in that file.
+    pub offset: u64,
+    /// Bytes the segment holds now (the log end).
+    pub len: u64,
+    /// Bytes the segment may span (`u64::MAX` for a file of its own).
+    pub cap: u64,
 }
 
 struct Segment {
-    file: Arc<File>,
-    path: PathBuf,
+    io: SegIo,
+    place: SegPlace,
     /// Bytes appended (the logical end of the log in this segment).
     end: u64,
     /// Bytes of records the index (or a needed tombstone) still points at.
     live_bytes: u64,
 }
 
-/// An aligned buffer holding the log bytes of `seg` from file offset `base`.
+/// An aligned buffer holding the log bytes of `seg` from segment offset `base`.
 struct WriteBuf {
     seg: u64,
-    file: Arc<File>,
+    io: SegIo,
+    place: SegPlace,
     base: u64,
     len: usize,
     buf: AlignedBuf,
@@ -174,6 +229,19 @@ struct WriteBuf {
 }
 
 impl WriteBuf {
+    /// Bytes a flush of this buffer writes: whole blocks covering its records and, in a slot,
+    /// at least one zero byte after them (unless the slot ends there). So a log end in a slot
+    /// is always followed by zeros, as in a file, and recovery tells a clean end (zeros) from a
+    /// torn one although the slot holds older bytes further on.
+    fn flush_len(&self, zero_past_end: bool) -> usize {
+        let len = self.len as u64;
+        if zero_past_end {
+            align_up(len + 1).min(self.io.cap - self.base) as usize
+        } else {
+            align_up(len) as usize
+        }
+    }
+
     fn covers(&self, loc: &Loc) -> bool {
         loc.segment == self.seg
             && loc.offset >= self.base
@@ -203,6 +271,8 @@ struct State {
     written_pos: (u64, u64),
     /// File written since the last fdatasync, if any.
     unsynced_file: Option<Arc<File>>,
+    /// Free slots of the single-file layout (the lowest last).
+    free_slots: Vec<u32>,
     used_bytes: u64,
     live_bytes: u64,
     appended_since_checkpoint: u64,
@@ -215,7 +285,7 @@ struct State {
 
 struct Shared {
     config: FileConfig,
-    dir: PathBuf,
+    layout: Layout,
     direct: bool,
     /// Alignment of O_DIRECT reads (see `probe_direct`).
     read_align: u64,
@@ -230,8 +300,8 @@ struct Shared {
     space: tokio::sync::Notify,
     /// One compaction or checkpoint at a time.
     maint_lock: Mutex<()>,
-    /// Holds the directory's flock until close.
-    lock_file: Mutex<Option<File>>,
+    /// Holds the device's flock until close.
+    lock: Mutex<Option<DeviceLock>>,
 }
 
 /// The log-structured file device. See the module docs.
@@ -244,90 +314,14 @@ pub struct FileDevice {
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
-fn segment_path(dir: &Path, id: u64) -> PathBuf {
-    dir.join(format!("seg-{id:010}.log"))
-}
-
-fn parse_segment_name(name: &str) -> Option<u64> {
-    let digits = name.strip_prefix("seg-")?.strip_suffix(".log")?;
-    if digits.len() != 10 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
-}
-
-fn open_file(path: &Path, direct: bool, create: bool) -> std::io::Result<File> {
-    let mut o = OpenOptions::new();
-    o.read(true).write(true);
-    if create {
-        o.create_new(true);
-    }
-    if direct {
-        o.custom_flags(libc::O_DIRECT);
-    }
-    o.open(path)
-}
-
-fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| DeviceError::io("fsync directory", e))
-}
-
-/// Whether the directory's file system accepts O_DIRECT, and the smallest alignment it accepts
-/// for reads: 512 B (most block devices' logical block) or 4 KiB. Reading a packed record needs
-/// the aligned range that covers it, so a finer alignment reads fewer extra bytes (a 4 KiB value
-/// spans two 4 KiB blocks but usually only nine or ten 512 B ones).
-fn probe_direct(dir: &Path) -> Option<u64> {
-    let path = dir.join(".direct-probe");
-    let _ = std::fs::remove_file(&path);
-    let r = (|| -> std::io::Result<u64> {
-        let f = open_file(&path, true, true)?;
-        let buf = AlignedBuf::new(ALIGN_BYTES);
-        f.write_all_at(&buf, 0)?;
-        let mut back = AlignedBuf::new(ALIGN_BYTES);
-        f.read_at(&mut back, 0)?;
-        Ok(if f.read_at(&mut back[..512], 512).is_ok() {
-            512
-        } else {
-            ALIGN_BYTES as u64
-        })
-    })();
-    let _ = std::fs::remove_file(&path);
-    r.ok()
-}
-
-/// Reads `len` bytes at `offset` into a buffer covering whole `align`-byte blocks. Returns the
-/// buffer and where the requested bytes start in it.
-fn read_aligned(
-    file: &File,
-    offset: u64,
-    len: usize,
-    align: u64,
-) -> std::io::Result<(AlignedBuf, usize)> {
-    let start = offset / align * align;
-    let end = (offset + len as u64).div_ceil(align) * align;
-    let mut buf = AlignedBuf::new((end - start) as usize);
-    let want = (offset + len as u64 - start) as usize;
-    let mut got = 0usize;
-    while got < want {
-        // Whole aligned tail of the buffer: O_DIRECT needs aligned length and offset.
-        let n = file.read_at(&mut buf[got..(end - start) as usize], start + got as u64)?;
-        if n == 0 || !((got + n) as u64).is_multiple_of(align) && got + n < want {
-            // A short read not on a block boundary can only be the file's end.
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "record past end of file",
-            ));
-        }
-        got += n;
-    }
-    Ok((buf, (offset - start) as usize))
-}
-
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether flushes write a zero byte past the log end (see [`WriteBuf::flush_len`]).
+    fn zero_past_end(&self) -> bool {
+        self.layout.single().is_some()
     }
 
     fn check_failed(st: &State) -> Result<()> {
@@ -345,26 +339,27 @@ impl Shared {
 
     /// Moves the active buffer to the flush queue; the new active buffer starts with a copy of
     /// the last partial block, which is rewritten (same bytes, more records) by a later flush.
-    fn rotate_active(&self, st: &mut State, seal: bool, next: Option<(u64, Arc<File>)>) {
+    fn rotate_active(&self, st: &mut State, seal: bool, next: Option<(u64, SegIo, SegPlace)>) {
         let mut buf = self.new_buf(st);
         let old = &mut st.active;
         let end = old.base + old.len as u64;
-        let padded = align_up(old.len as u64) as usize;
+        let padded = old.flush_len(self.zero_past_end());
         old.buf[old.len..padded].fill(0);
-        let (seg, file, base, carry) = match next {
-            Some((seg, file)) => (seg, file, 0, 0),
+        let (seg, io, place, base, carry) = match next {
+            Some((seg, io, place)) => (seg, io, place, 0, 0),
             None => {
                 let base = align_down(end);
                 let carry = (end - base) as usize;
                 let from = (base - old.base) as usize;
                 buf[..carry].copy_from_slice(&old.buf[from..from + carry]);
-                (old.seg, old.file.clone(), base, carry)
+                (old.seg, old.io.clone(), old.place.clone(), base, carry)
             }
         };
         let last_seq = old.last_seq;
         let mut new = WriteBuf {
             seg,
-            file,
+            io,
+            place,
             base,
             len: carry,
             buf,
@@ -377,13 +372,16 @@ impl Shared {
         self.flush_cv.notify_one();
     }
 
-    /// Appends one record if there is room now; `Ok(None)` means wait for the flusher.
+    /// Appends one record if there is room now; `Ok(None)` means wait for the flusher. A new
+    /// segment in the single-file layout leaves `keep_slots` free slots for others (stores keep
+    /// one for compaction, which must be able to copy before it frees).
     fn try_append(
         &self,
         st: &mut State,
         kind: RecordKind,
         key: &[u8],
         value: &[u8],
+        keep_slots: usize,
     ) -> Result<Option<Loc>> {
         Self::check_failed(st)?;
         // Room is checked for the most padding a long value may need at any position.
@@ -405,24 +403,43 @@ impl Shared {
                 return Ok(None);
             }
             let id = st.next_segment;
-            let path = segment_path(&self.dir, id);
-            let file = Arc::new(
-                open_file(&path, self.direct, true)
-                    .map_err(|e| DeviceError::io("create segment", e))?,
+            let created = self.layout.create_segment(
+                &mut st.free_slots,
+                keep_slots,
+                id,
+                st.next_seq,
+                self.direct,
             );
+            let (io, place) = match created {
+                Ok(Some(c)) => c,
+                Ok(None) => {
+                    return Err(DeviceError::Capacity {
+                        needed: len,
+                        available: self.config.segment_bytes.saturating_sub(pos),
+                    })
+                }
+                Err(e) => {
+                    if self.layout.single().is_some() {
+                        // One descriptor for everything: see `io_failed`.
+                        self.io_failed(st, "write failed");
+                    }
+                    return Err(e);
+                }
+            };
             st.next_segment += 1;
             st.segments.insert(
                 id,
                 Segment {
-                    file: file.clone(),
-                    path,
+                    io: io.clone(),
+                    place: place.clone(),
                     end: 0,
                     live_bytes: 0,
                 },
             );
-            self.rotate_active(st, true, Some((id, file)));
+            self.rotate_active(st, true, Some((id, io, place)));
             self.maint_cv.notify_one();
-        } else if st.active.len + len as usize > st.active.buf.capacity() {
+        } else if st.active.len + len as usize >= st.active.buf.capacity() {
+            // `>=`: a flush may write a zero byte past the records (`WriteBuf::flush_len`).
             if st.queued.len() >= QUEUED_BUFFERS_MAX {
                 return Ok(None);
             }
@@ -495,7 +512,7 @@ impl Shared {
     ) -> Result<Option<()>> {
         Self::check_failed(st)?;
         mode.check(key, st.index.contains_key(key))?;
-        let Some(loc) = self.try_append(st, RecordKind::Put, key, value)? else {
+        let Some(loc) = self.try_append(st, RecordKind::Put, key, value, 1)? else {
             return Ok(None);
         };
         if let Some(old) = st.index.insert(key.to_vec(), loc) {
@@ -517,7 +534,7 @@ impl Shared {
                 Ok(Some(false))
             };
         }
-        let Some(loc) = self.try_append(st, RecordKind::Delete, key, &[])? else {
+        let Some(loc) = self.try_append(st, RecordKind::Delete, key, &[], 0)? else {
             return Ok(None);
         };
         let old = st.index.remove(key).expect("checked above");
@@ -565,10 +582,10 @@ impl Shared {
         &self,
         key: &[u8],
         loc: Loc,
-        file: Option<Arc<File>>,
+        io: Option<SegIo>,
         range: ReadRange,
     ) -> Result<Retrieved> {
-        let Some(file) = file else {
+        let Some(io) = io else {
             return Err(DeviceError::Failed {
                 reason: "segment missing",
             });
@@ -577,8 +594,8 @@ impl Shared {
             return Self::check_value(key, loc, &[], range);
         }
         let (buf, at) = read_aligned(
-            &file,
-            loc.value_offset(),
+            &io.file,
+            io.base + loc.value_offset(),
             loc.value_len as usize,
             self.read_align,
         )
@@ -616,7 +633,7 @@ impl Shared {
         &self,
         key: &[u8],
         range: ReadRange,
-    ) -> Result<std::result::Result<Retrieved, (Option<Arc<File>>, Loc)>> {
+    ) -> Result<std::result::Result<Retrieved, (Option<SegIo>, Loc)>> {
         let st = self.lock();
         Self::check_failed(&st)?;
         let loc = *st
@@ -638,15 +655,27 @@ impl Shared {
             return from_mem(b.record(&loc)).map(Ok);
         }
         Ok(Err((
-            st.segments.get(&loc.segment).map(|s| s.file.clone()),
+            st.segments.get(&loc.segment).map(|s| s.io.clone()),
             loc,
         )))
     }
 
+    /// Whether a read of `key` at `loc` that failed should be tried again: compaction moved
+    /// the record meanwhile (a freed slot may already hold other bytes).
+    fn moved(&self, key: &[u8], loc: &Loc) -> bool {
+        self.lock().index.get(key).is_some_and(|l| l != loc)
+    }
+
     fn retrieve_blocking(&self, key: &[u8], range: ReadRange) -> Result<Retrieved> {
-        match self.locate(key, range)? {
-            Ok(r) => Ok(r),
-            Err((file, loc)) => self.read_record(key, loc, file, range),
+        loop {
+            match self.locate(key, range)? {
+                Ok(r) => return Ok(r),
+                Err((io, loc)) => match self.read_record(key, loc, io, range) {
+                    Err(DeviceError::Corrupt { .. } | DeviceError::Io { .. })
+                        if self.moved(key, &loc) => {}
+                    r => return r,
+                },
+            }
         }
     }
 
@@ -694,14 +723,14 @@ impl Shared {
                         st.unsynced_file = if job.seal {
                             None
                         } else {
-                            Some(job.file.clone())
+                            Some(job.io.file.clone())
                         };
                         if job.seal {
                             st.durable_pos = st.written_pos;
                         }
                     }
                     Err(e) => {
-                        tracing::error!(error = %e, dir = %self.dir.display(), "device write failed; device stops");
+                        tracing::error!(error = %e, path = %self.layout.path().display(), "device write failed; device stops");
                         self.io_failed(&mut st, "write failed");
                     }
                 }
@@ -725,7 +754,7 @@ impl Shared {
                         st.durable_pos = pos;
                     }
                     Err(e) => {
-                        tracing::error!(error = %e, dir = %self.dir.display(), "fdatasync failed; device stops");
+                        tracing::error!(error = %e, path = %self.layout.path().display(), "fdatasync failed; device stops");
                         self.io_failed(&mut st, "fdatasync failed");
                     }
                 }
@@ -750,11 +779,13 @@ impl Shared {
     }
 
     fn write_job(&self, job: &WriteBuf) -> Result<()> {
-        let padded = align_up(job.len as u64) as usize;
+        let padded = job.flush_len(self.zero_past_end());
         let io = |e| DeviceError::io("write segment", e);
+        let at = job.io.base + job.base;
         if padded < 2 * WRITE_CHUNK_BYTES {
-            job.file
-                .write_all_at(&job.buf[..padded], job.base)
+            job.io
+                .file
+                .write_all_at(&job.buf[..padded], at)
                 .map_err(io)?;
         } else {
             // Several writes in flight: one sequential stream at queue depth 1 leaves most of
@@ -765,8 +796,10 @@ impl Shared {
                     .step_by(WRITE_CHUNK_BYTES)
                     .map(|at| {
                         let end = (at + WRITE_CHUNK_BYTES).min(padded);
-                        let (file, data) = (&job.file, &job.buf[at..end]);
-                        scope.spawn(move || file.write_all_at(data, job.base + at as u64))
+                        let (file, data) = (&job.io.file, &job.buf[at..end]);
+                        scope.spawn(move || {
+                            file.write_all_at(data, job.io.base + job.base + at as u64)
+                        })
                     })
                     .collect();
                 chunks
@@ -777,10 +810,8 @@ impl Shared {
         }
         if job.seal {
             // A later segment must never be durable before this one is complete.
-            job.file
-                .sync_data()
-                .map_err(|e| DeviceError::io("fdatasync sealed segment", e))?;
-            sync_dir(&self.dir)?;
+            self.layout
+                .seal(&job.io, &job.place, job.seg, job.base + job.len as u64)?;
         }
         Ok(())
     }
@@ -806,15 +837,22 @@ impl Shared {
         // Everything the checkpoint reflects must be on disk before the checkpoint is.
         self.sync_blocking()?;
         let bytes = encode_checkpoint(&ckpt);
-        let tmp = self.dir.join(format!("{CHECKPOINT_FILE}.tmp"));
-        let io = |e| DeviceError::io("write checkpoint", e);
-        {
-            let f = File::create(&tmp).map_err(io)?;
-            f.write_all_at(&bytes, 0).map_err(io)?;
-            f.sync_all().map_err(io)?;
+        self.layout
+            .write_checkpoint(&bytes)
+            .map(|_| ())
+            .inspect_err(|e| self.single_file_failed(e))
+    }
+
+    /// In the single-file layout every write and fdatasync goes to one descriptor, so any that
+    /// fails (a checkpoint, a slot header) stops the device as a failed log write does: the
+    /// kernel reports a write-back error once per descriptor, and a later fdatasync of the log
+    /// could succeed without the log's data on disk.
+    fn single_file_failed(&self, e: &DeviceError) {
+        if self.layout.single().is_some() && matches!(e, DeviceError::Io { .. }) {
+            tracing::error!(error = %e, path = %self.layout.path().display(), "device write failed; device stops");
+            let mut st = self.lock();
+            self.io_failed(&mut st, "write failed");
         }
-        std::fs::rename(&tmp, self.dir.join(CHECKPOINT_FILE)).map_err(io)?;
-        sync_dir(&self.dir)
     }
 
     /// Compacts sealed segments until about `budget_bytes` of live data were copied.
@@ -839,12 +877,12 @@ impl Shared {
                         dead > 0 && dead as f64 >= dead_ratio_min * s.end as f64
                     })
                     .max_by_key(|(_, s)| s.end.saturating_sub(s.live_bytes))
-                    .map(|(id, s)| (*id, s.file.clone(), s.end, s.path.clone()))
+                    .map(|(id, s)| (*id, s.io.clone(), s.end, s.place.clone()))
             };
-            let Some((id, file, end, path)) = victim else {
+            let Some((id, io, end, place)) = victim else {
                 return Ok(stats);
             };
-            let (buf, _) = read_aligned(&file, 0, end as usize, ALIGN_BYTES as u64)
+            let (buf, _) = read_aligned(&io.file, io.base, end as usize, ALIGN_BYTES as u64)
                 .map_err(|e| DeviceError::io("read segment", e))?;
             let mut copied = 0u64;
             let mut result = Ok(());
@@ -861,7 +899,8 @@ impl Shared {
                             if !st.index.get(key).is_some_and(here) {
                                 return Ok(Some(()));
                             }
-                            let Some(loc) = sh.try_append(st, RecordKind::Put, key, rec.value)?
+                            let Some(loc) =
+                                sh.try_append(st, RecordKind::Put, key, rec.value, 0)?
                             else {
                                 return Ok(None);
                             };
@@ -876,7 +915,8 @@ impl Shared {
                             // An older segment may still hold a put this tombstone hides.
                             let older = st.segments.range(..id).next().is_some();
                             if older {
-                                let Some(loc) = sh.try_append(st, RecordKind::Delete, key, &[])?
+                                let Some(loc) =
+                                    sh.try_append(st, RecordKind::Delete, key, &[], 0)?
                                 else {
                                     return Ok(None);
                                 };
@@ -903,15 +943,19 @@ impl Shared {
                     // behind it: keep the segment (the index still reads them) rather than
                     // delete data that is intact.
                     return Err(DeviceError::Corrupt {
-                        location: path.display().to_string(),
+                        location: place_name(&self.layout, &place),
                         reason: "an unreadable record hides live ones; segment kept",
                     });
                 }
                 let seg = st.segments.remove(&id).expect("victim segment");
                 st.used_bytes -= seg.end;
             }
-            std::fs::remove_file(&path).map_err(|e| DeviceError::io("remove segment", e))?;
-            sync_dir(&self.dir)?;
+            self.layout
+                .free_segment(&place)
+                .inspect_err(|e| self.single_file_failed(e))?;
+            if let SegPlace::Slot { index, .. } = place {
+                self.lock().free_slots.push(index);
+            }
             stats.segments_freed += 1;
             stats.bytes_copied += copied;
             stats.bytes_freed += end;
@@ -953,6 +997,14 @@ impl Shared {
     }
 }
 
+/// A segment's name for errors: its file, or the device file and slot.
+fn place_name(layout: &Layout, place: &SegPlace) -> String {
+    match place {
+        SegPlace::File(path) => path.display().to_string(),
+        SegPlace::Slot { index, .. } => format!("{} slot {index}", layout.path().display()),
+    }
+}
+
 /// Whether a checkpoint that decoded (so its CRC and lengths are right) agrees with the log it
 /// claims to describe. A checkpoint that does not is ignored and the whole log replayed, which
 /// is always correct; trusting it could make recovery cut intact records (a replay point inside
@@ -962,56 +1014,61 @@ impl Shared {
 /// checkpoint); the record at the replay point, if one is intact there, is the checkpoint's
 /// `seq + 1`; otherwise the replay point is where the segment's records end, the last of them
 /// the checkpoint's `seq` (damage before the replay point leaves the checkpoint in use: it
-/// knows the records behind the damage).
+/// knows the records behind the damage). `read` also gives, for a slot of the single-file
+/// layout, the slot's floor: records at or below it are older bytes of the slot, not the
+/// segment's, and count as nothing (as zeros do in a file).
 fn checkpoint_matches_log<'a>(
     c: &Checkpoint,
     ids: &[u64],
-    read: impl FnOnce(u64) -> Result<&'a [u8]>,
+    read: impl FnOnce(u64) -> Result<(&'a [u8], Option<u64>)>,
 ) -> Result<bool> {
-    let zeros = |b: &[u8]| b.iter().all(|&x| x == 0);
     let Some(&first) = ids.iter().find(|&&id| id >= c.replay_segment) else {
         // Replay would start past the newest segment, which is never compacted away.
         return Ok(ids.is_empty());
     };
-    let bytes = read(first)?;
+    let (bytes, floor) = read(first)?;
+    // Whether bytes hold nothing of the log.
+    let blank = |b: &[u8]| match floor {
+        None => b.iter().all(|&x| x == 0),
+        Some(f) => {
+            !decode_record(b).is_ok_and(|r| r.header.seq > f)
+                && newer_intact_records(b, 0, f).is_none()
+        }
+    };
+    let ours = |r: &crate::format::RecordRef<'_>| floor.is_none_or(|f| r.header.seq > f);
     if first != c.replay_segment {
         return Ok(match decode_record(bytes) {
-            Ok(r) => r.header.seq > c.seq,
-            Err(_) => zeros(bytes),
+            Ok(r) if ours(&r) => r.header.seq > c.seq,
+            _ => blank(bytes),
         });
     }
     let off = match usize::try_from(c.replay_offset) {
         Ok(off) if off <= bytes.len() => off,
         _ => return Ok(false),
     };
-    if let Ok(r) = decode_record(&bytes[off..]) {
+    match decode_record(&bytes[off..]) {
         // `decode_checkpoint` keeps `seq` far below u64::MAX.
-        return Ok(r.header.seq == c.seq + 1);
+        Ok(r) if ours(&r) => return Ok(r.header.seq == c.seq + 1),
+        _ => {}
     }
     // Nothing intact at the replay point (zeros after a clean close, or a tail torn there): it
     // must be where the segment's records end.
-    let scan = scan_records(bytes, 0, 0, |_, _| {});
+    let scan = scan_records(bytes, 0, floor.unwrap_or(0), |_, _| {});
     Ok(match scan.end.cmp(&off) {
         std::cmp::Ordering::Equal => off == 0 || scan.last_seq == c.seq,
         // A record runs across the replay point.
         std::cmp::Ordering::Greater => false,
         // The records end before the replay point (only zeros between), or damage inside the
         // checkpointed records stops the scan early.
-        std::cmp::Ordering::Less => !zeros(&bytes[scan.end..off]),
+        std::cmp::Ordering::Less => !blank(&bytes[scan.end..off]),
     })
 }
 
-/// Copies `tail`, the bytes of segment `path` from `offset` on, to a new file
-/// `<segment>.corrupt-<offset>` next to it (`-<n>` appended if that exists), durably.
-fn set_aside(path: &Path, offset: u64, tail: &[u8]) -> Result<PathBuf> {
+/// Copies `tail` to a new file `name` in `dir` (`-<n>` appended if that exists), durably.
+fn set_aside(dir: &Path, name: &str, tail: &[u8]) -> Result<PathBuf> {
     let io = |e| DeviceError::io("copy corrupt tail aside", e);
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .expect("segment names are ASCII");
-    let dir = path.parent().expect("segments live in a directory");
     for n in 0u32.. {
-        let mut aside = dir.join(format!("{name}.corrupt-{offset}"));
+        let mut aside = dir.join(name);
         if n > 0 {
             aside.as_mut_os_string().push(format!("-{n}"));
         }
@@ -1022,82 +1079,104 @@ fn set_aside(path: &Path, offset: u64, tail: &[u8]) -> Result<PathBuf> {
         };
         std::io::Write::write_all(&mut f, tail).map_err(io)?;
         f.sync_all().map_err(io)?;
-        sync_dir(dir)?;
+        layout::sync_dir(dir)?;
         return Ok(aside);
     }
     unreachable!("u32 names run out")
 }
 
-/// Rebuilds the index from the checkpoint and the log; cuts a torn tail.
-fn recover(dir: &Path, config: &FileConfig, direct: bool) -> Result<(State, RecoveryReport)> {
+/// Copies the tail of segment `f` from `offset` aside (see [`set_aside`]) and logs it.
+fn keep_tail(
+    layout: &Layout,
+    f: &Found,
+    offset: u64,
+    first_intact: usize,
+    tail: &[u8],
+    report: &mut RecoveryReport,
+) -> Result<()> {
+    let (dir, name) = layout.aside_path(f, offset)?;
+    let kept = set_aside(&dir, &name, tail)?;
+    tracing::error!(
+        segment = f.id,
+        offset,
+        first_intact_record = first_intact,
+        copy = %kept.display(),
+        "intact records behind a corrupt one in the last segment; \
+         the tail was copied aside before the cut"
+    );
+    report.set_aside.push(kept);
+    Ok(())
+}
+
+/// Rebuilds the index from the checkpoint and the log; cuts a torn tail. Returns the state and
+/// the free slots (single-file layout).
+fn recover(layout: &Layout, config: &FileConfig, direct: bool) -> Result<(State, RecoveryReport)> {
+    let single = layout.single();
     let mut report = RecoveryReport {
         direct_io: direct,
+        single_file: single.is_some(),
+        superblock_repaired: single.is_some_and(|s| s.superblock_repaired),
         ..Default::default()
     };
-    let mut ids = Vec::new();
-    for e in std::fs::read_dir(dir).map_err(|e| DeviceError::io("list device directory", e))? {
-        let e = e.map_err(|e| DeviceError::io("list device directory", e))?;
-        if let Some(id) = e.file_name().to_str().and_then(parse_segment_name) {
-            ids.push(id);
-        }
-    }
-    ids.sort_unstable();
+    let (found, mut free_slots) = layout.list(direct)?;
+    let ids: Vec<u64> = found.iter().map(|f| f.id).collect();
     report.segments = ids.len();
-    let read_segment =
-        |id| std::fs::read(segment_path(dir, id)).map_err(|e| DeviceError::io("read segment", e));
+    let by_id = |id: u64| &found[ids.binary_search(&id).expect("listed")];
+    // A segment's log bytes: a whole file; a sealed slot up to its end, an open one whole.
+    let read_segment = |f: &Found| layout.read_segment(f, f.end.filter(|_| single.is_some()));
+    // Records at or below a slot's floor are older bytes of the slot, not the segment's.
+    let floor = |f: &Found| single.map(|_| f.floor);
     // The segment read to check the checkpoint, kept for the replay.
-    let mut checked: Option<(u64, Vec<u8>)> = None;
-    let ckpt = match std::fs::read(dir.join(CHECKPOINT_FILE)) {
-        Ok(b) => match decode_checkpoint(&b) {
-            None => {
-                tracing::warn!(dir = %dir.display(), "checkpoint invalid; replaying the whole log");
-                None
-            }
-            Some(c) => {
-                if checkpoint_matches_log(&c, &ids, |id| {
-                    let bytes = read_segment(id)?;
-                    Ok(&checked.insert((id, bytes)).1[..])
-                })? {
-                    Some(c)
-                } else {
-                    tracing::warn!(
-                        dir = %dir.display(),
-                        "checkpoint does not match the log; replaying the whole log"
-                    );
-                    None
-                }
-            }
-        },
-        Err(_) => None,
-    };
+    let mut checked: Option<(u64, layout::SegBytes)> = None;
+    let mut ckpt = None;
+    for (i, (region, b)) in layout.read_checkpoints().iter().enumerate() {
+        let Some(c) = decode_checkpoint(b) else {
+            tracing::warn!(path = %layout.path().display(), "checkpoint invalid; trying an older one or replaying the whole log");
+            continue;
+        };
+        report.checkpoint_fallback = i > 0;
+        if checkpoint_matches_log(&c, &ids, |id| {
+            let f = by_id(id);
+            let bytes = read_segment(f)?;
+            Ok((&checked.insert((id, bytes)).1[..], floor(f)))
+        })? {
+            ckpt = Some(c);
+            layout.checkpoint_in_use(Some(*region));
+        } else {
+            tracing::warn!(
+                path = %layout.path().display(),
+                "checkpoint does not match the log; replaying the whole log"
+            );
+        }
+        break;
+    }
     let mut index: BTreeMap<Vec<u8>, Loc> = BTreeMap::new();
     let mut tombs: HashMap<Vec<u8>, Loc> = HashMap::new();
-    let mut last_seq = 0;
+    // The single-file layout's first record has the superblock's `seq_base`.
+    let mut last_seq = single.map_or(0, |s| s.sb.seq_base - 1);
     let (replay_seg, replay_off) = match &ckpt {
         Some(c) => {
             report.checkpoint_used = true;
             index.extend(c.entries.iter().cloned());
             tombs.extend(c.tombstones.iter().cloned());
-            last_seq = c.seq;
+            last_seq = last_seq.max(c.seq);
             (c.replay_segment, c.replay_offset)
         }
         None => (0, 0),
     };
     let mut segments = BTreeMap::new();
     let mut tail: Option<(u64, Vec<u8>)> = None;
-    for (i, &id) in ids.iter().enumerate() {
-        let path = segment_path(dir, id);
-        let file =
-            open_file(&path, direct, false).map_err(|e| DeviceError::io("open segment", e))?;
-        let is_last = i + 1 == ids.len();
-        let mut end = file
-            .metadata()
-            .map_err(|e| DeviceError::io("stat segment", e))?
-            .len();
-        if id >= replay_seg {
+    for (i, f) in found.iter().enumerate() {
+        let id = f.id;
+        let is_last = i + 1 == found.len();
+        // Known without reading: a file's length, a sealed slot's end.
+        let mut end = f.end.unwrap_or(0);
+        let replay = id >= replay_seg;
+        // An open slot below the replay point is read only to find where its log ends.
+        if replay || f.end.is_none() {
             let bytes = match checked.take() {
                 Some((c, bytes)) if c == id => bytes,
-                _ => read_segment(id)?,
+                _ => read_segment(f)?,
             };
             let start = if id == replay_seg {
                 // Checked against the segment's length by `checkpoint_matches_log`.
@@ -1105,7 +1184,15 @@ fn recover(dir: &Path, config: &FileConfig, direct: bool) -> Result<(State, Reco
             } else {
                 0
             };
-            let scan = scan_records(&bytes, start, last_seq, |off, rec| {
+            let from_seq = if replay {
+                last_seq.max(f.floor)
+            } else {
+                f.floor
+            };
+            let scan = scan_records(&bytes, start, from_seq, |off, rec| {
+                if !replay {
+                    return;
+                }
                 report.records_replayed += 1;
                 let loc = Loc::of(id, off as u64, &rec.header);
                 match rec.header.kind {
@@ -1119,8 +1206,11 @@ fn recover(dir: &Path, config: &FileConfig, direct: bool) -> Result<(State, Reco
                     }
                 }
             });
-            last_seq = scan.last_seq;
-            if is_last {
+            if replay {
+                last_seq = scan.last_seq;
+            }
+            let sealed_slot = single.is_some() && f.end.is_some();
+            if is_last && single.is_none() {
                 end = scan.end as u64;
                 if (bytes.len() as u64) > end {
                     if scan.garbage_after {
@@ -1137,38 +1227,62 @@ fn recover(dir: &Path, config: &FileConfig, direct: bool) -> Result<(State, Reco
                         // acknowledged) records behind it. Those bytes are never destroyed: the
                         // tail is copied aside, durably, before the segment is cut.
                         if let Some(at) = find_intact_record(&bytes, scan.end) {
-                            let kept = set_aside(&path, end, &bytes[scan.end..])?;
-                            tracing::error!(
-                                segment = id,
-                                offset = end,
-                                first_intact_record = at,
-                                copy = %kept.display(),
-                                "intact records behind a corrupt one in the last segment; \
-                                 the tail was copied aside before the cut"
-                            );
-                            report.set_aside.push(kept);
+                            keep_tail(layout, f, end, at, &bytes[scan.end..], &mut report)?;
                         }
                     }
-                    file.set_len(end)
-                        .map_err(|e| DeviceError::io("truncate torn tail", e))?;
-                    file.sync_all()
-                        .map_err(|e| DeviceError::io("truncate torn tail", e))?;
+                    layout.cut_tail(f, &bytes, end, 0)?;
                 }
                 tail = Some((id, bytes[align_down(end) as usize..end as usize].to_vec()));
-            } else if scan.garbage_after {
-                tracing::warn!(
-                    segment = id,
-                    offset = scan.end,
-                    "corruption inside a sealed segment; records after it are lost"
-                );
-                report.corrupt_segments.push(id);
+            } else if is_last && !sealed_slot {
+                // The open slot being appended to. Its log ends with zeros (`flush_len`); the
+                // bytes after them are older ones of the slot, left as they are.
+                end = scan.end as u64;
+                let block_end = align_up(end + 1).min(bytes.len() as u64) as usize;
+                let torn = bytes[scan.end..block_end].iter().any(|&b| b != 0);
+                // Intact records newer than the log's end lie behind damage: copied aside,
+                // then zeroed so that no later replay can take them for new records.
+                let behind = newer_intact_records(&bytes, scan.end, scan.last_seq);
+                if torn || behind.is_some() {
+                    let cut_to = behind.map_or(block_end, |(_, e)| e.max(block_end));
+                    report.torn_tail_bytes = (cut_to - scan.end) as u64;
+                    tracing::warn!(
+                        segment = id,
+                        offset = end,
+                        reason = scan.stop.map(|s| s.as_str()).unwrap_or("stale record"),
+                        "cutting torn log tail"
+                    );
+                }
+                if let Some((at, tail_end)) = behind {
+                    keep_tail(layout, f, end, at, &bytes[scan.end..tail_end], &mut report)?;
+                    layout.cut_tail(f, &bytes, end, tail_end as u64)?;
+                }
+                tail = Some((id, bytes[align_down(end) as usize..end as usize].to_vec()));
+            } else {
+                if f.end.is_none() {
+                    // An open slot before the last one (a crash before its seal was written).
+                    end = scan.end as u64;
+                }
+                let damaged = if single.is_some() && f.end.is_none() {
+                    let block_end = align_up(end + 1).min(bytes.len() as u64) as usize;
+                    bytes[scan.end..block_end].iter().any(|&b| b != 0)
+                } else {
+                    scan.garbage_after
+                };
+                if damaged {
+                    tracing::warn!(
+                        segment = id,
+                        offset = scan.end,
+                        "corruption inside a sealed segment; records after it are lost"
+                    );
+                    report.corrupt_segments.push(id);
+                }
             }
         }
         segments.insert(
             id,
             Segment {
-                file: Arc::new(file),
-                path,
+                io: f.io.clone(),
+                place: f.place.clone(),
                 end,
                 live_bytes: 0,
             },
@@ -1209,16 +1323,26 @@ fn recover(dir: &Path, config: &FileConfig, direct: bool) -> Result<(State, Reco
     let (active_seg, carry) = match tail {
         Some(t) => t,
         None => {
+            // A new device, or the last segment is sealed: appends go to a new segment.
             let id = next_segment;
-            let path = segment_path(dir, id);
-            let file =
-                open_file(&path, direct, true).map_err(|e| DeviceError::io("create segment", e))?;
-            sync_dir(dir)?;
+            let (io, place) = layout
+                .create_segment(&mut free_slots, 0, id, last_seq + 1, direct)?
+                .ok_or(DeviceError::Capacity {
+                    needed: config.segment_bytes,
+                    available: 0,
+                })?;
+            match layout {
+                Layout::Dir(dir) => layout::sync_dir(dir)?,
+                Layout::Single(s) => s
+                    .file
+                    .sync_data()
+                    .map_err(|e| DeviceError::io("write slot header", e))?,
+            }
             segments.insert(
                 id,
                 Segment {
-                    file: Arc::new(file),
-                    path,
+                    io,
+                    place,
                     end: 0,
                     live_bytes: 0,
                 },
@@ -1231,7 +1355,8 @@ fn recover(dir: &Path, config: &FileConfig, direct: bool) -> Result<(State, Reco
     buf[..carry.len()].copy_from_slice(&carry);
     let active = WriteBuf {
         seg: active_seg,
-        file: seg.file.clone(),
+        io: seg.io.clone(),
+        place: seg.place.clone(),
         base: align_down(seg.end),
         len: carry.len(),
         buf,
@@ -1257,6 +1382,7 @@ fn recover(dir: &Path, config: &FileConfig, direct: bool) -> Result<(State, Reco
             durable_pos: pos,
             written_pos: pos,
             unsynced_file: None,
+            free_slots,
             used_bytes,
             live_bytes,
             appended_since_checkpoint: 0,
@@ -1270,44 +1396,22 @@ fn recover(dir: &Path, config: &FileConfig, direct: bool) -> Result<(State, Reco
 }
 
 impl FileDevice {
-    /// Opens (creating if needed) the device in directory `dir`, recovering its index.
-    pub fn open(dir: impl AsRef<Path>, config: FileConfig) -> Result<FileDevice> {
+    /// Opens the device at `path`, recovering its index: a directory of segment files, or one
+    /// regular file or block device (the layout is chosen by [`FileConfig::layout`]; by default
+    /// by what the path is, a missing path becoming a directory). Missing storage is created
+    /// and blank storage formatted.
+    pub fn open(path: impl AsRef<Path>, mut config: FileConfig) -> Result<FileDevice> {
         config.validate()?;
-        let dir = dir.as_ref().to_path_buf();
-        std::fs::create_dir_all(&dir).map_err(|e| DeviceError::io("create device directory", e))?;
-        let lock_file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(LOCK_FILE))
-            .map_err(|e| DeviceError::io("open lock file", e))?;
-        {
-            use std::os::fd::AsRawFd;
-            // SAFETY: flock on a valid, owned descriptor has no memory effects.
-            let rc = unsafe { libc::flock(lock_file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-            if rc != 0 {
-                return Err(DeviceError::io(
-                    "lock device directory",
-                    std::io::Error::last_os_error(),
-                ));
-            }
-        }
-        let probe = if config.direct_io {
-            probe_direct(&dir)
-        } else {
-            None
-        };
-        let direct = probe.is_some();
-        let read_align = probe.unwrap_or(ALIGN_BYTES as u64);
-        if config.direct_io && !direct {
-            tracing::warn!(dir = %dir.display(), "file system refuses O_DIRECT; using buffered I/O");
-        }
-        let (state, recovery) = recover(&dir, &config, direct)?;
+        let opened = Layout::open(path.as_ref(), &mut config)?;
+        let direct = opened.direct.is_some();
+        let read_align = opened.direct.unwrap_or(ALIGN_BYTES as u64);
+        let layout = opened.layout;
+        let (state, recovery) = recover(&layout, &config, direct)?;
         let io_uring = config.io_uring;
         let gate = QueueGate::new(config.queue_depth_max);
         let shared = Arc::new(Shared {
             config,
-            dir,
+            layout,
             direct,
             read_align,
             state: Mutex::new(state),
@@ -1316,7 +1420,7 @@ impl FileDevice {
             maint_cv: Condvar::new(),
             space: tokio::sync::Notify::new(),
             maint_lock: Mutex::new(()),
-            lock_file: Mutex::new(Some(lock_file)),
+            lock: Mutex::new(Some(opened.lock)),
         });
         let spawn = |name: &str, f: fn(Arc<Shared>)| {
             let sh = shared.clone();
@@ -1361,9 +1465,33 @@ impl FileDevice {
         self.ring.is_some()
     }
 
-    /// The device directory.
+    /// The device directory, or the device file of the single-file layout.
     pub fn dir(&self) -> &Path {
-        &self.shared.dir
+        self.shared.layout.path()
+    }
+
+    /// Whether the whole device is one file or block device (else a directory).
+    pub fn single_file(&self) -> bool {
+        self.shared.layout.single().is_some()
+    }
+
+    /// Where each segment's bytes lie, in id order (for tests and tools that inspect or
+    /// damage an image).
+    pub fn segment_extents(&self) -> Vec<SegmentExtent> {
+        let st = self.shared.lock();
+        st.segments
+            .iter()
+            .map(|(&id, s)| SegmentExtent {
+                id,
+                path: match &s.place {
+                    SegPlace::File(p) => p.clone(),
+                    SegPlace::Slot { .. } => self.shared.layout.path().to_path_buf(),
+                },
+                offset: s.io.base,
+                len: s.end,
+                cap: s.io.cap,
+            })
+            .collect()
     }
 
     /// `(segment id, offset)`: the log up to here is known durable. Bytes past it may be lost
@@ -1394,7 +1522,7 @@ impl FileDevice {
 
     fn release_lock(&self) {
         self.shared
-            .lock_file
+            .lock
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
@@ -1457,6 +1585,34 @@ impl FileDevice {
         }
     }
 
+    /// Reads the value at `loc` through io_uring and checks it.
+    async fn read_uring(
+        &self,
+        key: &[u8],
+        io: &SegIo,
+        loc: Loc,
+        range: ReadRange,
+    ) -> Result<Retrieved> {
+        let ring = self.ring.as_ref().expect("checked by the caller");
+        let align = self.shared.read_align;
+        let at = io.base + loc.value_offset();
+        let start = at / align * align;
+        let want = (at + loc.value_len as u64 - start) as usize;
+        let len = (want as u64).div_ceil(align) as usize * align as usize;
+        let (buf, n) = ring
+            .read(&io.file, start, len)
+            .await
+            .map_err(|e| DeviceError::io("read record", e))?;
+        if n < want {
+            return Err(DeviceError::Corrupt {
+                location: format!("segment {} offset {}", loc.segment, loc.offset),
+                reason: "record past end of file",
+            });
+        }
+        let from = (at - start) as usize;
+        Shared::check_value(key, loc, &buf[from..from + loc.value_len as usize], range)
+    }
+
     async fn blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Shared) -> Result<T> + Send + 'static,
@@ -1490,32 +1646,27 @@ impl Device for FileDevice {
     async fn retrieve(&self, key: &[u8], range: ReadRange) -> Result<Retrieved> {
         self.shared.config.limits.check_key(key)?;
         let _slot = self.gate.enter().await;
-        match self.shared.locate(key, range)? {
-            Ok(r) => Ok(r),
-            Err((Some(file), loc)) if self.ring.is_some() && loc.value_len > 0 => {
-                let ring = self.ring.as_ref().expect("checked");
-                let align = self.shared.read_align;
-                let at = loc.value_offset();
-                let start = at / align * align;
-                let want = (at + loc.value_len as u64 - start) as usize;
-                let len = (want as u64).div_ceil(align) as usize * align as usize;
-                let (buf, n) = ring
-                    .read(&file, start, len)
-                    .await
-                    .map_err(|e| DeviceError::io("read record", e))?;
-                if n < want {
-                    return Err(DeviceError::Corrupt {
-                        location: format!("segment {} offset {}", loc.segment, loc.offset),
-                        reason: "record past end of file",
-                    });
+        loop {
+            let (io, loc) = match self.shared.locate(key, range)? {
+                Ok(r) => return Ok(r),
+                Err(at) => at,
+            };
+            let r = match io {
+                Some(io) if self.ring.is_some() && loc.value_len > 0 => {
+                    self.read_uring(key, &io, loc, range).await
                 }
-                let from = (at - start) as usize;
-                Shared::check_value(key, loc, &buf[from..from + loc.value_len as usize], range)
-            }
-            Err((file, loc)) => {
-                let key = key.to_vec();
-                self.blocking(move |sh| sh.read_record(&key, loc, file, range))
-                    .await
+                io => {
+                    let key = key.to_vec();
+                    self.blocking(move |sh| sh.read_record(&key, loc, io, range))
+                        .await
+                }
+            };
+            match r {
+                // Compaction moved the record while it was read (a freed slot may already
+                // hold other bytes): read it where it is now.
+                Err(DeviceError::Corrupt { .. } | DeviceError::Io { .. })
+                    if self.shared.moved(key, &loc) => {}
+                r => return r,
             }
         }
     }

@@ -479,6 +479,301 @@ pub fn decode_checkpoint(b: &[u8]) -> Option<Checkpoint> {
     })
 }
 
+// ---------------------------------------------------------------------------------------------
+// The single-file layout: one preallocated file or block device (docs/format.md).
+
+/// Bytes of one on-disk metadata block of the single-file layout (superblock copy, slot header).
+pub const META_BLOCK_BYTES: u64 = 4096;
+/// First eight bytes of a superblock copy.
+pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"RSDEVSB1";
+/// Superblock format version written by this code.
+pub const SUPERBLOCK_VERSION: u32 = 1;
+/// Byte offsets of the two superblock copies.
+pub const SUPERBLOCK_OFFSETS: [u64; 2] = [0, META_BLOCK_BYTES];
+/// Byte offset of the first checkpoint region.
+pub const CHECKPOINT_REGIONS_OFFSET: u64 = 2 * META_BLOCK_BYTES;
+/// Bytes of a superblock before its CRC.
+const SUPERBLOCK_CRC_AT: usize = 88;
+/// First eight bytes of a slot's identity sector.
+pub const SLOT_MAGIC: [u8; 8] = *b"RSSLOT01";
+/// First eight bytes of a slot's seal sector.
+pub const SEAL_MAGIC: [u8; 8] = *b"RSSEAL01";
+/// Offset of the seal sector in the slot header block.
+pub const SEAL_OFFSET: usize = 512;
+/// First eight bytes of a checkpoint region's header.
+pub const CKPT_REGION_MAGIC: [u8; 8] = *b"RSCKREG1";
+/// Bytes of a checkpoint region's header; the checkpoint follows it.
+pub const CKPT_REGION_HEADER_BYTES: usize = 64;
+/// Fewest segment slots a single-file device may have: one being appended to, one kept for
+/// compaction, and room to work.
+pub const SLOTS_MIN: u64 = 4;
+
+/// The superblock of a single-file device: its geometry, fixed when it is formatted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Superblock {
+    /// Random id chosen at format; slot headers and checkpoint regions carry it, so that
+    /// metadata left by an earlier format of the same space is never taken for this one's.
+    pub device_id: u64,
+    /// Bytes of the file or block device the geometry was computed for.
+    pub total_bytes: u64,
+    /// Log bytes per segment (the `segment_bytes` the device was formatted with).
+    pub segment_bytes: u64,
+    /// Bytes per slot: a 4 KiB header block, then `segment_bytes` rounded up to 4 KiB.
+    pub slot_bytes: u64,
+    /// Number of slots.
+    pub slot_count: u64,
+    /// Bytes of each of the two checkpoint regions (a multiple of 4 KiB).
+    pub checkpoint_region_bytes: u64,
+    /// Byte offset of slot 0 (after the two checkpoint regions).
+    pub slots_offset: u64,
+    /// Sequence number of the device's first record (the wall clock in nanoseconds at format
+    /// time, so records of an earlier format of the same space have lower ones).
+    pub seq_base: u64,
+}
+
+impl Superblock {
+    /// Byte offset of checkpoint region `r` (0 or 1).
+    pub fn checkpoint_region_offset(&self, r: usize) -> u64 {
+        CHECKPOINT_REGIONS_OFFSET + r as u64 * self.checkpoint_region_bytes
+    }
+
+    /// Byte offset of slot `i`'s header block; its log bytes start one block later.
+    pub fn slot_offset(&self, i: u64) -> u64 {
+        self.slots_offset + i * self.slot_bytes
+    }
+
+    /// Log bytes a slot holds (`segment_bytes` rounded up to 4 KiB).
+    pub fn slot_data_bytes(&self) -> u64 {
+        self.slot_bytes - META_BLOCK_BYTES
+    }
+
+    /// The geometry for `total_bytes` of space and segments of `segment_bytes`, or `None` if
+    /// fewer than [`SLOTS_MIN`] slots fit. Each checkpoint region gets 1/128 of the space (at
+    /// least 64 KiB).
+    pub fn plan(
+        total_bytes: u64,
+        segment_bytes: u64,
+        device_id: u64,
+        seq_base: u64,
+    ) -> Option<Superblock> {
+        let b = META_BLOCK_BYTES;
+        let slot_bytes = b.checked_add(segment_bytes.checked_next_multiple_of(b)?)?;
+        let region = (total_bytes / 128).next_multiple_of(b).max(64 << 10);
+        let slots_offset = CHECKPOINT_REGIONS_OFFSET + 2 * region;
+        let slot_count = total_bytes.checked_sub(slots_offset)? / slot_bytes;
+        (segment_bytes > 0 && slot_count >= SLOTS_MIN && slot_count <= u32::MAX as u64).then_some(
+            Superblock {
+                device_id,
+                total_bytes,
+                segment_bytes,
+                slot_bytes,
+                slot_count,
+                checkpoint_region_bytes: region,
+                slots_offset,
+                seq_base,
+            },
+        )
+    }
+
+    /// Bytes of space [`Superblock::plan`] needs for at least `slots` slots.
+    pub fn bytes_for_slots(slots: u64, segment_bytes: u64) -> Option<u64> {
+        let b = META_BLOCK_BYTES;
+        let area = slots.checked_mul(b + segment_bytes.checked_next_multiple_of(b)?)?;
+        // A region of area/64 (or 64 KiB) is at least the 1/128 of the total `plan` gives it.
+        let region = (area / 64).next_multiple_of(b).max(64 << 10);
+        area.checked_add(CHECKPOINT_REGIONS_OFFSET + 2 * region)
+    }
+}
+
+/// Serialises a superblock into one 4 KiB block.
+pub fn encode_superblock(s: &Superblock) -> [u8; META_BLOCK_BYTES as usize] {
+    let mut b = [0u8; META_BLOCK_BYTES as usize];
+    b[0..8].copy_from_slice(&SUPERBLOCK_MAGIC);
+    b[8..12].copy_from_slice(&SUPERBLOCK_VERSION.to_le_bytes());
+    let fields = [
+        s.device_id,
+        s.total_bytes,
+        s.segment_bytes,
+        s.slot_bytes,
+        s.slot_count,
+        CHECKPOINT_REGIONS_OFFSET,
+        s.checkpoint_region_bytes,
+        s.slots_offset,
+        s.seq_base,
+    ];
+    for (i, f) in fields.iter().enumerate() {
+        b[16 + 8 * i..24 + 8 * i].copy_from_slice(&f.to_le_bytes());
+    }
+    let crc = crc32c::crc32c(&b[..SUPERBLOCK_CRC_AT]);
+    b[SUPERBLOCK_CRC_AT..SUPERBLOCK_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// Parses and checks a superblock copy: magic, version, CRC, and a geometry that holds
+/// together (the one [`Superblock::plan`] computes). `None` if anything is wrong.
+pub fn decode_superblock(b: &[u8]) -> Option<Superblock> {
+    if b.len() < SUPERBLOCK_CRC_AT + 4
+        || b[0..8] != SUPERBLOCK_MAGIC
+        || crc32c::crc32c(&b[..SUPERBLOCK_CRC_AT]) != u32_at(b, SUPERBLOCK_CRC_AT)
+        || u32_at(b, 8) != SUPERBLOCK_VERSION
+        || u32_at(b, 12) != 0
+        || u64_at(b, 56) != CHECKPOINT_REGIONS_OFFSET
+    {
+        return None;
+    }
+    let s = Superblock {
+        device_id: u64_at(b, 16),
+        total_bytes: u64_at(b, 24),
+        segment_bytes: u64_at(b, 32),
+        slot_bytes: u64_at(b, 40),
+        slot_count: u64_at(b, 48),
+        checkpoint_region_bytes: u64_at(b, 64),
+        slots_offset: u64_at(b, 72),
+        seq_base: u64_at(b, 80),
+    };
+    let planned = Superblock::plan(s.total_bytes, s.segment_bytes, s.device_id, s.seq_base)?;
+    (planned == s && s.seq_base >= 1 && s.seq_base <= CHECKPOINT_SEQ_MAX / 2).then_some(s)
+}
+
+/// A slot's identity sector: which segment the slot holds. A slot whose identity does not
+/// decode (zeros, damage, another format's device id) is free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotIdentity {
+    /// Device id from the superblock.
+    pub device_id: u64,
+    /// Segment id (>= 1).
+    pub segment: u64,
+    /// Every record of this segment has a sequence number at least this; older bytes left in
+    /// the slot by an earlier segment have lower ones and are never read as this segment's.
+    pub start_seq: u64,
+}
+
+/// A slot's seal sector: the segment is complete and its log ends at `end`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotSeal {
+    /// Device id from the superblock.
+    pub device_id: u64,
+    /// Segment id; must equal the identity's.
+    pub segment: u64,
+    /// Log bytes in the segment.
+    pub end: u64,
+}
+
+fn sector(magic: &[u8; 8], fields: [u64; 3]) -> [u8; 36] {
+    let mut b = [0u8; 36];
+    b[0..8].copy_from_slice(magic);
+    for (i, f) in fields.iter().enumerate() {
+        b[8 + 8 * i..16 + 8 * i].copy_from_slice(&f.to_le_bytes());
+    }
+    let crc = crc32c::crc32c(&b[..32]);
+    b[32..36].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+fn decode_sector(b: &[u8], magic: &[u8; 8]) -> Option<[u64; 3]> {
+    if b.len() < 36 || b[0..8] != *magic || crc32c::crc32c(&b[..32]) != u32_at(b, 32) {
+        return None;
+    }
+    Some([u64_at(b, 8), u64_at(b, 16), u64_at(b, 24)])
+}
+
+/// Serialises a slot header block: the identity at byte 0 and, if sealed, the seal at byte
+/// [`SEAL_OFFSET`]; zeros elsewhere. `None` gives the block of a free slot (all zeros).
+pub fn encode_slot_header(
+    id: Option<&SlotIdentity>,
+    seal: Option<&SlotSeal>,
+) -> [u8; META_BLOCK_BYTES as usize] {
+    let mut b = [0u8; META_BLOCK_BYTES as usize];
+    if let Some(i) = id {
+        b[..36].copy_from_slice(&sector(&SLOT_MAGIC, [i.device_id, i.segment, i.start_seq]));
+    }
+    if let Some(s) = seal {
+        b[SEAL_OFFSET..SEAL_OFFSET + 36]
+            .copy_from_slice(&sector(&SEAL_MAGIC, [s.device_id, s.segment, s.end]));
+    }
+    b
+}
+
+/// Parses a slot header block: the identity if it is intact, carries `device_id` and a segment
+/// id >= 1 (else the slot is free), and the seal if it is intact and names the same device and
+/// segment with an end of at most `data_bytes`.
+pub fn decode_slot_header(
+    b: &[u8],
+    device_id: u64,
+    data_bytes: u64,
+) -> (Option<SlotIdentity>, Option<SlotSeal>) {
+    let Some([dev, segment, start_seq]) = decode_sector(b, &SLOT_MAGIC) else {
+        return (None, None);
+    };
+    if dev != device_id || segment == 0 || start_seq == 0 || start_seq > CHECKPOINT_SEQ_MAX {
+        return (None, None);
+    }
+    let id = SlotIdentity {
+        device_id,
+        segment,
+        start_seq,
+    };
+    let seal = b
+        .get(SEAL_OFFSET..)
+        .and_then(|s| decode_sector(s, &SEAL_MAGIC))
+        .filter(|&[d, s, end]| d == device_id && s == segment && end <= data_bytes)
+        .map(|[_, _, end]| SlotSeal {
+            device_id,
+            segment,
+            end,
+        });
+    (Some(id), seal)
+}
+
+/// Writes a checkpoint region's 64-byte header for a checkpoint of `len` bytes.
+pub fn encode_checkpoint_region_header(
+    device_id: u64,
+    generation: u64,
+    len: u64,
+) -> [u8; CKPT_REGION_HEADER_BYTES] {
+    let mut b = [0u8; CKPT_REGION_HEADER_BYTES];
+    b[..36].copy_from_slice(&sector(&CKPT_REGION_MAGIC, [device_id, generation, len]));
+    b
+}
+
+/// Parses a checkpoint region: `(generation, checkpoint bytes)` if its header is intact, names
+/// `device_id`, and the checkpoint fits in the region. The checkpoint itself is checked by
+/// [`decode_checkpoint`].
+pub fn decode_checkpoint_region(b: &[u8], device_id: u64) -> Option<(u64, &[u8])> {
+    let [dev, generation, len] = decode_sector(b, &CKPT_REGION_MAGIC)?;
+    if dev != device_id
+        || generation == 0
+        || b[36..CKPT_REGION_HEADER_BYTES.min(b.len())]
+            .iter()
+            .any(|&x| x != 0)
+    {
+        return None;
+    }
+    let end = (CKPT_REGION_HEADER_BYTES as u64).checked_add(len)?;
+    let end = usize::try_from(end).ok().filter(|&e| e <= b.len())?;
+    Some((generation, &b[CKPT_REGION_HEADER_BYTES..end]))
+}
+
+/// The first offset after `from` where an intact record newer than `seq_min` starts, and the
+/// end of the last such record: what a cut at `from` would lose that is not a leftover of an
+/// older tail or of an earlier segment in the same slot.
+pub fn newer_intact_records(bytes: &[u8], from: usize, seq_min: u64) -> Option<(usize, usize)> {
+    let mut found: Option<(usize, usize)> = None;
+    let mut at = from;
+    while let Some(next) = find_intact_record(bytes, at) {
+        let r = decode_record(&bytes[next..]).expect("intact");
+        if r.header.seq > seq_min {
+            let end = next + r.header.record_len();
+            found = Some(match found {
+                Some((first, last)) => (first, last.max(end)),
+                None => (next, end),
+            });
+        }
+        at = next;
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -626,5 +921,115 @@ mod tests {
             bad[i] ^= 1;
             assert_eq!(decode_checkpoint(&bad), None, "flip at {i}");
         }
+    }
+
+    #[test]
+    fn single_file_geometry_holds_together() {
+        for seg in [4096u64, 16 << 10, 64 << 10, 5000, 64 << 20, 1 << 30] {
+            for slots in [SLOTS_MIN, 5, 17, 1000] {
+                let bytes = Superblock::bytes_for_slots(slots, seg).unwrap();
+                let sb = Superblock::plan(bytes, seg, 7, 1).unwrap();
+                assert!(sb.slot_count >= slots, "{seg} {slots}: {sb:?}");
+                assert_eq!(sb.slot_bytes % META_BLOCK_BYTES, 0);
+                assert!(sb.slot_data_bytes() >= seg);
+                assert!(sb.slot_offset(sb.slot_count) <= bytes);
+                assert_eq!(sb.slots_offset, sb.checkpoint_region_offset(2));
+            }
+            let too_small = Superblock::bytes_for_slots(SLOTS_MIN, seg).unwrap() - 4096;
+            let planned = Superblock::plan(too_small, seg, 7, 1);
+            assert!(planned.is_none_or(|p| p.slot_count >= SLOTS_MIN));
+        }
+        assert_eq!(Superblock::plan(1 << 20, 1 << 20, 7, 1), None);
+    }
+
+    #[test]
+    fn superblock_round_trip_and_checks() {
+        let sb = Superblock::plan(100 << 20, 1 << 20, 0xABCD, 1_700_000_000_000_000_000).unwrap();
+        let b = encode_superblock(&sb);
+        assert_eq!(decode_superblock(&b), Some(sb));
+        for i in 0..SUPERBLOCK_CRC_AT + 4 {
+            let mut bad = b;
+            bad[i] ^= 1;
+            assert_eq!(decode_superblock(&bad), None, "flip at {i}");
+        }
+        // A geometry that does not follow from total and segment size, even with a right CRC.
+        let off = Superblock {
+            slot_count: sb.slot_count + 1,
+            ..sb
+        };
+        assert_eq!(decode_superblock(&encode_superblock(&off)), None);
+        let seq = Superblock { seq_base: 0, ..sb };
+        assert_eq!(decode_superblock(&encode_superblock(&seq)), None);
+    }
+
+    #[test]
+    fn slot_headers_and_checkpoint_regions() {
+        let id = SlotIdentity {
+            device_id: 9,
+            segment: 3,
+            start_seq: 77,
+        };
+        let seal = SlotSeal {
+            device_id: 9,
+            segment: 3,
+            end: 4000,
+        };
+        let b = encode_slot_header(Some(&id), Some(&seal));
+        assert_eq!(decode_slot_header(&b, 9, 4096), (Some(id), Some(seal)));
+        assert_eq!(
+            decode_slot_header(&b, 8, 4096),
+            (None, None),
+            "other device"
+        );
+        assert_eq!(
+            decode_slot_header(&b, 9, 3999),
+            (Some(id), None),
+            "end past the slot"
+        );
+        let open = encode_slot_header(Some(&id), None);
+        assert_eq!(decode_slot_header(&open, 9, 4096), (Some(id), None));
+        // Adding the seal leaves the identity sector's bytes as they were.
+        assert_eq!(open[..SEAL_OFFSET], b[..SEAL_OFFSET]);
+        assert!(encode_slot_header(None, None).iter().all(|&x| x == 0));
+        let other = SlotSeal { segment: 4, ..seal };
+        let b = encode_slot_header(Some(&id), Some(&other));
+        assert_eq!(
+            decode_slot_header(&b, 9, 4096),
+            (Some(id), None),
+            "seal of another"
+        );
+        let mut torn = encode_slot_header(Some(&id), Some(&seal));
+        torn[SEAL_OFFSET + 30] ^= 1;
+        assert_eq!(decode_slot_header(&torn, 9, 4096), (Some(id), None));
+
+        let mut region = encode_checkpoint_region_header(9, 2, 5).to_vec();
+        region.extend_from_slice(b"abcde");
+        assert_eq!(
+            decode_checkpoint_region(&region, 9),
+            Some((2, &b"abcde"[..]))
+        );
+        assert_eq!(decode_checkpoint_region(&region, 1), None);
+        assert_eq!(
+            decode_checkpoint_region(&region[..68], 9),
+            None,
+            "past the region"
+        );
+        region[40] = 1;
+        assert_eq!(decode_checkpoint_region(&region, 9), None, "reserved bytes");
+    }
+
+    #[test]
+    fn newer_records_behind_a_cut() {
+        let mut log = vec![0u8; 1024];
+        let a = record_len(1, 10);
+        let b = record_len(1, 20);
+        encode_record(&mut log, RecordKind::Put, 5, b"a", &[1; 10], 0);
+        encode_record(&mut log[a..], RecordKind::Put, 9, b"b", &[2; 20], 0);
+        encode_record(&mut log[a + b..], RecordKind::Put, 7, b"c", &[3; 4], 0);
+        let c = record_len(1, 4);
+        assert_eq!(newer_intact_records(&log, 0, 0), Some((a, a + b + c)));
+        assert_eq!(newer_intact_records(&log, 0, 7), Some((a, a + b)));
+        assert_eq!(newer_intact_records(&log, 0, 9), None);
+        assert_eq!(newer_intact_records(&log, a, 0), Some((a + b, a + b + c)));
     }
 }

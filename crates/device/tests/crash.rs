@@ -25,6 +25,7 @@ fn config() -> FileConfig {
         compaction: CompactionPolicy::Manual,
         direct_io: true,
         io_uring: true,
+        ..Default::default()
     }
 }
 
@@ -80,7 +81,51 @@ impl CrashModel {
 }
 
 /// Power loss: bytes past the durable position may be gone or garbage.
-fn tear(dir: &Path, durable: (u64, u64), rng: &mut impl Rng) {
+fn tear(dev: &FileDevice, layout: Layout, rng: &mut impl Rng) {
+    let durable = dev.durable_position();
+    match layout {
+        Layout::Dir => tear_files(dev.dir(), durable, rng),
+        Layout::File => tear_slots(dev, durable, rng),
+    }
+}
+
+/// In the single-file layout: the bytes a write may have touched past the durable position
+/// (up to the block after the log end) may be zeros (never written) or garbage.
+fn tear_slots(dev: &FileDevice, durable: (u64, u64), rng: &mut impl Rng) {
+    for e in dev.segment_extents() {
+        let from = match e.id.cmp(&durable.0) {
+            std::cmp::Ordering::Less => continue,
+            std::cmp::Ordering::Equal => durable.1,
+            std::cmp::Ordering::Greater => 0,
+        };
+        let to = ((e.len + 1).div_ceil(4096) * 4096).min(e.cap);
+        if to <= from {
+            continue;
+        }
+        let mut bytes = read_at(&e.path, e.offset + from, (to - from) as usize);
+        let n = bytes.len();
+        match rng.gen_range(0..3) {
+            0 => {
+                let at = rng.gen_range(0..=n);
+                bytes[at..].fill(0);
+            }
+            1 => {
+                for _ in 0..rng.gen_range(1..4) {
+                    let at = rng.gen_range(0..n);
+                    bytes[at] ^= 1 << rng.gen_range(0..8);
+                }
+            }
+            _ => {
+                let at = rng.gen_range(0..n);
+                let end = (at + rng.gen_range(1..5000)).min(n);
+                rng.fill(&mut bytes[at..end]);
+            }
+        }
+        write_at(&e.path, e.offset + from, &bytes);
+    }
+}
+
+fn tear_files(dir: &Path, durable: (u64, u64), rng: &mut impl Rng) {
     for e in std::fs::read_dir(dir).unwrap() {
         let path = e.unwrap().path();
         let name = path.file_name().unwrap().to_str().unwrap().to_string();
@@ -120,11 +165,18 @@ fn tear(dir: &Path, durable: (u64, u64), rng: &mut impl Rng) {
 
 /// One life of the device: recover, check, random work, crash, tear. Returns 1 if recovery cut
 /// a torn tail.
-async fn crash_round(dir: &Path, seed: u64, round: u64, model: &mut CrashModel) -> u64 {
+async fn crash_round(
+    dir: &Path,
+    layout: Layout,
+    seed: u64,
+    round: u64,
+    model: &mut CrashModel,
+) -> u64 {
     let mut rng = rng(seed * 1000 + round);
-    let file = Arc::new(FileDevice::open(dir, config()).unwrap());
+    let path = device_path(dir, layout);
+    let file = Arc::new(FileDevice::open(path, with_layout(config(), layout)).unwrap());
     let torn = file.recovery().torn_tail_bytes.min(1);
-    let ctx = format!("seed {seed} round {round}");
+    let ctx = format!("{layout:?} seed {seed} round {round}");
     let now = model
         .check(file.as_ref(), &format!("{ctx} after recovery"))
         .await;
@@ -182,27 +234,32 @@ async fn crash_round(dir: &Path, seed: u64, round: u64, model: &mut CrashModel) 
     }
     faulty.crash().await;
     file.crash();
-    tear(dir, file.durable_position(), &mut rng);
+    tear(&file, layout, &mut rng);
     torn
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faulty_crashes_at_random_points() {
-    let mut torn = 0;
-    for seed in seeds(&[1, 2, 3, 4, 5, 6]) {
-        let dir = tempfile::tempdir().unwrap();
-        let mut model = CrashModel::default();
-        for round in 0..5 {
-            torn += crash_round(dir.path(), seed, round, &mut model).await;
+    for layout in LAYOUTS {
+        let mut torn = 0;
+        for seed in seeds(&[1, 2, 3, 4, 5, 6]) {
+            let dir = tempfile::tempdir().unwrap();
+            let mut model = CrashModel::default();
+            for round in 0..5 {
+                torn += crash_round(dir.path(), layout, seed, round, &mut model).await;
+            }
+            let path = device_path(dir.path(), layout);
+            let dev = FileDevice::open(path, with_layout(config(), layout)).unwrap();
+            model
+                .check(&dev, &format!("{layout:?} seed {seed} final"))
+                .await;
+            torn += dev.recovery().torn_tail_bytes.min(1);
         }
-        let dev = FileDevice::open(dir.path(), config()).unwrap();
-        model.check(&dev, &format!("seed {seed} final")).await;
-        torn += dev.recovery().torn_tail_bytes.min(1);
+        assert!(
+            torn > 3,
+            "{layout:?}: the test must exercise torn tails ({torn} recoveries cut one)"
+        );
     }
-    assert!(
-        torn > 3,
-        "the test must exercise torn tails ({torn} recoveries cut one)"
-    );
 }
 
 const CHILD_ENV: &str = "RAILSTORE_KILL9_CHILD_DIR";
@@ -219,14 +276,14 @@ fn key(round: u64, i: u64) -> Vec<u8> {
 }
 
 /// The child: stores and deletes, syncs, and prints what is durable, until killed.
-fn child(dir: &str, round: u64) {
+fn child(path: &str, layout: Layout, round: u64) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
-        let dev = FileDevice::open(dir, config()).unwrap();
+        let dev = FileDevice::open(path, with_layout(config(), layout)).unwrap();
         let mut out = std::io::stdout();
         for i in 0u64.. {
             dev.store(&key(round, i), &child_value(round, i), StoreMode::Upsert)
@@ -249,11 +306,24 @@ fn child(dir: &str, round: u64) {
 #[test]
 fn kill9_child_recovers() {
     if let Ok(spec) = std::env::var(CHILD_ENV) {
-        let (dir, round) = spec.rsplit_once(':').unwrap();
-        child(dir, round.parse().unwrap());
+        let (rest, round) = spec.rsplit_once(':').unwrap();
+        let (path, layout) = rest.rsplit_once(':').unwrap();
+        let layout = if layout == "File" {
+            Layout::File
+        } else {
+            Layout::Dir
+        };
+        child(path, layout, round.parse().unwrap());
         return;
     }
+    for layout in LAYOUTS {
+        kill9_rounds(layout);
+    }
+}
+
+fn kill9_rounds(layout: Layout) {
     let dir = tempfile::tempdir().unwrap();
+    let path = device_path(dir.path(), layout);
     let mut rng = rng(9);
     let mut synced = Vec::new();
     for round in 0..3u64 {
@@ -264,7 +334,7 @@ fn kill9_child_recovers() {
                 "--nocapture",
                 "--test-threads=1",
             ])
-            .env(CHILD_ENV, format!("{}:{round}", dir.path().display()))
+            .env(CHILD_ENV, format!("{}:{layout:?}:{round}", path.display()))
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
@@ -288,28 +358,35 @@ fn kill9_child_recovers() {
             .build()
             .unwrap();
         rt.block_on(async {
-            let dev = FileDevice::open(dir.path(), config()).unwrap();
+            let dev = FileDevice::open(&path, with_layout(config(), layout)).unwrap();
             for (r, &upto) in synced.iter().enumerate() {
                 let r = r as u64;
                 for i in 0..=upto + 40 {
                     let got = match dev.retrieve(&key(r, i), ReadRange::ALL).await {
                         Ok(v) => Some(v.value),
                         Err(DeviceError::KeyNotFound { .. }) => None,
-                        Err(e) => panic!("round {r} key {i}: {e}"),
+                        Err(e) => panic!("{layout:?} round {r} key {i}: {e}"),
                     };
                     // Key i is deleted right after key i + 2 is stored when (i + 2) % 5 == 4,
                     // and that delete is synced before "synced {i + 2}" is printed.
                     let deleted_at = i + 2;
                     if deleted_at % 5 == 4 && deleted_at <= upto {
-                        assert_eq!(got, None, "round {r}: key {i} was deleted and synced");
+                        assert_eq!(
+                            got, None,
+                            "{layout:?} round {r}: key {i} was deleted and synced"
+                        );
                     } else if i <= upto {
                         assert_eq!(
                             got,
                             Some(child_value(r, i)),
-                            "round {r}: key {i} was synced"
+                            "{layout:?} round {r}: key {i} was synced"
                         );
                     } else if let Some(v) = got {
-                        assert_eq!(v, child_value(r, i), "round {r}: key {i} partial or mixed");
+                        assert_eq!(
+                            v,
+                            child_value(r, i),
+                            "{layout:?} round {r}: key {i} partial or mixed"
+                        );
                     }
                 }
             }

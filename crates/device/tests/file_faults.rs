@@ -7,7 +7,10 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
-use railstore_device::format::{decode_checkpoint, encode_checkpoint, scan_records, Checkpoint};
+use railstore_device::format::{
+    decode_checkpoint, decode_checkpoint_region, decode_slot_header, encode_checkpoint,
+    encode_checkpoint_region_header, scan_records, Checkpoint,
+};
 use railstore_device::*;
 use std::collections::BTreeMap;
 use std::os::fd::RawFd;
@@ -26,6 +29,7 @@ fn config() -> FileConfig {
         compaction: CompactionPolicy::Manual,
         direct_io: true,
         io_uring: true,
+        ..Default::default()
     }
 }
 
@@ -93,20 +97,45 @@ fn failed<T: std::fmt::Debug>(r: Result<T>) -> bool {
     matches!(r, Err(DeviceError::Failed { .. }))
 }
 
+/// The file the device's first segment is written to: its segment file, or the device file.
+fn data_file(dev: &FileDevice, dir: &Path) -> PathBuf {
+    if dev.single_file() {
+        dev.dir().to_path_buf()
+    } else {
+        seg1(dir)
+    }
+}
+
+/// The file-fault tests' config for `layout` (a small single file).
+fn layout_config(layout: Layout) -> FileConfig {
+    FileConfig {
+        capacity_bytes: 8 * (64 << 10),
+        ..with_layout(config(), layout)
+    }
+}
+
 #[test]
 fn write_error_stops_the_device() {
+    for layout in LAYOUTS {
+        write_error_stops(layout);
+    }
+}
+
+fn write_error_stops(layout: Layout) {
     let dir = tempfile::tempdir().unwrap();
+    let path = device_path(dir.path(), layout);
     let rt = runtime();
-    let dev = FileDevice::open(dir.path(), config()).unwrap();
+    let dev = FileDevice::open(&path, layout_config(layout)).unwrap();
     rt.block_on(async {
         dev.store(b"a", &value(1, 100), StoreMode::Upsert)
             .await
             .unwrap();
         dev.sync().await.unwrap();
     });
-    let before = std::fs::read(seg1(dir.path())).unwrap();
+    let file = data_file(&dev, dir.path());
+    let before = std::fs::read(&file).unwrap();
     let durable = dev.durable_position();
-    let fd = fd_of(&seg1(dir.path()));
+    let fd = fd_of(&file);
     let saved = redirect(fd, "/dev/full"); // every write fails with ENOSPC
     rt.block_on(async {
         dev.store(b"b", &value(2, 100), StoreMode::Upsert)
@@ -121,13 +150,12 @@ fn write_error_stops_the_device() {
     restore(fd, saved);
     std::thread::sleep(Duration::from_millis(100));
     assert!(dev.close_blocking().is_err(), "close reports the failure");
-    assert_eq!(
-        std::fs::read(seg1(dir.path())).unwrap(),
-        before,
-        "nothing is written after a failed write"
+    assert!(
+        std::fs::read(&file).unwrap() == before,
+        "{layout:?}: nothing is written after a failed write"
     );
     drop(dev);
-    let dev = FileDevice::open(dir.path(), config()).unwrap();
+    let dev = FileDevice::open(&path, layout_config(layout)).unwrap();
     rt.block_on(async {
         assert_eq!(
             get(&dev, b"a").await,
@@ -140,9 +168,16 @@ fn write_error_stops_the_device() {
 
 #[test]
 fn fdatasync_error_is_never_retried() {
+    for layout in LAYOUTS {
+        fdatasync_error_never_retried(layout);
+    }
+}
+
+fn fdatasync_error_never_retried(layout: Layout) {
     let dir = tempfile::tempdir().unwrap();
+    let path = device_path(dir.path(), layout);
     let rt = runtime();
-    let dev = FileDevice::open(dir.path(), config()).unwrap();
+    let dev = FileDevice::open(&path, layout_config(layout)).unwrap();
     rt.block_on(async {
         dev.store(b"a", &value(1, 100), StoreMode::Upsert)
             .await
@@ -150,7 +185,7 @@ fn fdatasync_error_is_never_retried() {
         dev.sync().await.unwrap();
     });
     let durable = dev.durable_position();
-    let fd = fd_of(&seg1(dir.path()));
+    let fd = fd_of(&data_file(&dev, dir.path()));
     // Writes to /dev/null succeed and vanish; its fdatasync fails (EINVAL): a write the kernel
     // accepted and then lost, as when write-back fails.
     let saved = redirect(fd, "/dev/null");
@@ -171,7 +206,7 @@ fn fdatasync_error_is_never_retried() {
     restore(fd, saved);
     assert!(dev.close_blocking().is_err());
     drop(dev);
-    let dev = FileDevice::open(dir.path(), config()).unwrap();
+    let dev = FileDevice::open(&path, layout_config(layout)).unwrap();
     rt.block_on(async {
         assert_eq!(get(&dev, b"a").await, Some(value(1, 100)));
         assert_eq!(get(&dev, b"b").await, None, "b never reached the disk");
@@ -282,8 +317,9 @@ fn base_value(i: u32) -> Vec<u8> {
 /// checkpoint, then a crash (so the log holds records after the replay point); or, `clean`,
 /// all keys then a close (the checkpoint covers everything, the last block is in the write
 /// buffer after a reopen).
-fn base_image(dir: &Path, clean: bool) -> Checkpoint {
-    let dev = FileDevice::open(dir, config()).unwrap();
+fn base_image(dir: &Path, layout: Layout, clean: bool) -> Checkpoint {
+    let path = device_path(dir, layout);
+    let dev = FileDevice::open(&path, layout_config(layout)).unwrap();
     runtime().block_on(async {
         for i in 0..BASE_KEYS {
             if i == CHECKPOINTED_KEYS {
@@ -304,7 +340,69 @@ fn base_image(dir: &Path, clean: bool) -> Checkpoint {
     } else {
         dev.crash();
     }
-    decode_checkpoint(&std::fs::read(dir.join("checkpoint")).unwrap()).unwrap()
+    read_checkpoint(&path, layout)
+}
+
+/// The checkpoint recovery would use: the file, or the newest region's (and its generation).
+fn newest_region(path: &Path) -> Option<(u64, usize, Vec<u8>)> {
+    let sb = superblock(path);
+    (0..2)
+        .filter_map(|r| {
+            let b = read_at(
+                path,
+                sb.checkpoint_region_offset(r),
+                sb.checkpoint_region_bytes as usize,
+            );
+            decode_checkpoint_region(&b, sb.device_id).map(|(g, c)| (g, r, c.to_vec()))
+        })
+        .max_by_key(|(g, _, _)| *g)
+}
+
+fn read_checkpoint(path: &Path, layout: Layout) -> Checkpoint {
+    let bytes = match layout {
+        Layout::Dir => std::fs::read(path.join("checkpoint")).unwrap(),
+        Layout::File => newest_region(path).expect("a checkpoint").2,
+    };
+    decode_checkpoint(&bytes).unwrap()
+}
+
+/// Replaces the checkpoint: the file, or a newer generation in the other region.
+fn write_checkpoint(path: &Path, layout: Layout, c: &Checkpoint) {
+    let bytes = encode_checkpoint(c);
+    match layout {
+        Layout::Dir => std::fs::write(path.join("checkpoint"), bytes).unwrap(),
+        Layout::File => {
+            let sb = superblock(path);
+            let (g, r) = newest_region(path).map_or((0, 1), |(g, r, _)| (g, r));
+            let mut region =
+                encode_checkpoint_region_header(sb.device_id, g + 1, bytes.len() as u64).to_vec();
+            region.extend_from_slice(&bytes);
+            write_at(path, sb.checkpoint_region_offset(1 - r), &region);
+        }
+    }
+}
+
+/// Segment 1's bytes: its file, or its slot's log bytes.
+fn log_of_segment_1(path: &Path, layout: Layout) -> Vec<u8> {
+    match layout {
+        Layout::Dir => std::fs::read(seg1(path)).unwrap(),
+        Layout::File => {
+            let sb = superblock(path);
+            let slot = (0..sb.slot_count)
+                .find(|&i| {
+                    let h = read_at(path, sb.slot_offset(i), 4096);
+                    decode_slot_header(&h, sb.device_id, sb.slot_data_bytes())
+                        .0
+                        .is_some_and(|id| id.segment == 1)
+                })
+                .expect("segment 1");
+            read_at(
+                path,
+                sb.slot_offset(slot) + 4096,
+                sb.slot_data_bytes() as usize,
+            )
+        }
+    }
 }
 
 fn base_keys() -> BTreeMap<Vec<u8>, Vec<u8>> {
@@ -315,16 +413,19 @@ fn base_keys() -> BTreeMap<Vec<u8>, Vec<u8>> {
 
 /// Opens `dir` after its checkpoint was replaced by `ckpt`, and checks what recovery must do
 /// whatever the checkpoint says: open, never hand out wrong bytes, never cut the intact log,
-/// and leave a log that a full replay reads completely. Returns whether the checkpoint was used.
-fn open_with_checkpoint(dir: &Path, ckpt: &Checkpoint) -> bool {
-    std::fs::write(dir.join("checkpoint"), encode_checkpoint(ckpt)).unwrap();
-    let seg_before = std::fs::read(seg1(dir)).unwrap();
+/// and leave a log that a full replay reads completely. Returns whether the checkpoint was used
+/// (the single-file layout falls back to the older region's when it does not decode).
+fn open_with_checkpoint(dir: &Path, layout: Layout, ckpt: &Checkpoint) -> bool {
+    let path = device_path(dir, layout);
+    write_checkpoint(&path, layout, ckpt);
+    let seg_before = log_of_segment_1(&path, layout);
     let log_end = scan_records(&seg_before, 0, 0, |_, _| {}).end;
     let rt = runtime();
-    let dev = FileDevice::open(dir, config()).unwrap();
+    let dev = FileDevice::open(&path, layout_config(layout)).unwrap();
     let used = dev.recovery().checkpoint_used;
+    let given_used = used && !dev.recovery().checkpoint_fallback;
     assert!(dev.recovery().set_aside.is_empty(), "{:?}", dev.recovery());
-    let seg_after = std::fs::read(seg1(dir)).unwrap();
+    let seg_after = log_of_segment_1(&path, layout);
     assert!(
         seg_after.len() >= log_end && seg_after[..log_end] == seg_before[..log_end],
         "recovery cut or changed the intact log"
@@ -344,14 +445,14 @@ fn open_with_checkpoint(dir: &Path, ckpt: &Checkpoint) -> bool {
     dev.crash();
     drop(dev);
     // Whatever the checkpoint made the device do, the log itself is whole and in order.
-    std::fs::remove_file(dir.join("checkpoint")).unwrap();
-    let dev = FileDevice::open(dir, config()).unwrap();
+    remove_checkpoints(&path, layout);
+    let dev = FileDevice::open(&path, layout_config(layout)).unwrap();
     let mut expect = base_keys();
     expect.insert(b"after".to_vec(), b"v".to_vec());
     let all = rt.block_on(iterate_all(&dev, b"", true)).unwrap();
     let got: BTreeMap<_, _> = all.into_iter().map(|e| (e.key, e.value.unwrap())).collect();
     assert_eq!(got, expect, "full replay after the bad checkpoint");
-    used
+    given_used
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -365,21 +466,32 @@ fn copy_dir(from: &Path, to: &Path) {
 
 #[test]
 fn checkpoint_entry_past_u64_max_means_full_replay() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut c = base_image(dir.path(), false);
-    c.entries[0].1.offset = u64::MAX - 10;
-    assert_eq!(decode_checkpoint(&encode_checkpoint(&c)), None);
-    assert!(!open_with_checkpoint(dir.path(), &c), "checkpoint ignored");
+    for layout in LAYOUTS {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = base_image(dir.path(), layout, false);
+        c.entries[0].1.offset = u64::MAX - 10;
+        assert_eq!(decode_checkpoint(&encode_checkpoint(&c)), None);
+        assert!(
+            !open_with_checkpoint(dir.path(), layout, &c),
+            "{layout:?}: checkpoint ignored"
+        );
+    }
 }
 
 #[test]
 fn checkpoint_that_disagrees_with_the_log_means_full_replay() {
+    for layout in LAYOUTS {
+        checkpoint_disagreeing_with_the_log(layout);
+    }
+}
+
+fn checkpoint_disagreeing_with_the_log(layout: Layout) {
     let base = tempfile::tempdir().unwrap();
-    let good = base_image(base.path(), false);
+    let good = base_image(base.path(), layout, false);
     // Sanity: the true checkpoint is used as it is.
     let dir = tempfile::tempdir().unwrap();
     copy_dir(base.path(), dir.path());
-    assert!(open_with_checkpoint(dir.path(), &good));
+    assert!(open_with_checkpoint(dir.path(), layout, &good));
     let bad: Vec<(&str, Checkpoint)> = vec![
         // Replay from inside a record: it would look like a torn tail and cut k7..k11.
         (
@@ -425,15 +537,25 @@ fn checkpoint_that_disagrees_with_the_log_means_full_replay() {
     for (what, c) in bad {
         let dir = tempfile::tempdir().unwrap();
         copy_dir(base.path(), dir.path());
-        assert!(!open_with_checkpoint(dir.path(), &c), "{what}: not used");
+        assert!(
+            !open_with_checkpoint(dir.path(), layout, &c),
+            "{layout:?}, {what}: not used"
+        );
     }
 }
 
 #[test]
 fn checkpoint_entry_pointing_at_another_record_never_returns_its_bytes() {
+    for layout in LAYOUTS {
+        checkpoint_entry_pointing_at_another_record(layout);
+    }
+}
+
+fn checkpoint_entry_pointing_at_another_record(layout: Layout) {
     let dir = tempfile::tempdir().unwrap();
+    let path = device_path(dir.path(), layout);
     let rt = runtime();
-    let dev = FileDevice::open(dir.path(), config()).unwrap();
+    let dev = FileDevice::open(&path, layout_config(layout)).unwrap();
     rt.block_on(async {
         for i in 0..4u32 {
             dev.store(format!("k{i}").as_bytes(), &value(i, 50), StoreMode::Upsert)
@@ -445,13 +567,12 @@ fn checkpoint_entry_pointing_at_another_record_never_returns_its_bytes() {
     // records) is served from the write buffer after the reopen.
     dev.close_blocking().unwrap();
     drop(dev);
-    let path = dir.path().join("checkpoint");
-    let mut c = decode_checkpoint(&std::fs::read(&path).unwrap()).unwrap();
+    let mut c = read_checkpoint(&path, layout);
     let loc = |c: &Checkpoint, k: &[u8]| c.entries.iter().position(|(key, _)| key == k).unwrap();
     let (i1, i2) = (loc(&c, b"k1"), loc(&c, b"k2"));
     c.entries[i1].1 = c.entries[i2].1; // k1 -> k2's record (same key length)
-    std::fs::write(&path, encode_checkpoint(&c)).unwrap();
-    let dev = FileDevice::open(dir.path(), config()).unwrap();
+    write_checkpoint(&path, layout, &c);
+    let dev = FileDevice::open(&path, layout_config(layout)).unwrap();
     assert!(dev.recovery().checkpoint_used);
     rt.block_on(async {
         match dev.retrieve(b"k1", ReadRange::ALL).await {
@@ -463,16 +584,24 @@ fn checkpoint_entry_pointing_at_another_record_never_returns_its_bytes() {
     });
 }
 
-/// The two base images (crashed, clean), made once and copied for each case.
-fn shared_base(clean: bool) -> &'static (tempfile::TempDir, Checkpoint) {
+/// The base images (crashed, clean; per layout), made once and copied for each case.
+fn shared_base(layout: Layout, clean: bool) -> &'static (tempfile::TempDir, Checkpoint) {
     type Base = (tempfile::TempDir, Checkpoint);
-    static BASES: std::sync::OnceLock<[Base; 2]> = std::sync::OnceLock::new();
-    let make = |clean| {
+    static BASES: std::sync::OnceLock<[Base; 4]> = std::sync::OnceLock::new();
+    let make = |layout, clean| {
         let d = tempfile::tempdir().unwrap();
-        let c = base_image(d.path(), clean);
+        let c = base_image(d.path(), layout, clean);
         (d, c)
     };
-    &BASES.get_or_init(|| [make(false), make(true)])[clean as usize]
+    let i = 2 * (layout == Layout::File) as usize + clean as usize;
+    &BASES.get_or_init(|| {
+        [
+            make(Layout::Dir, false),
+            make(Layout::Dir, true),
+            make(Layout::File, false),
+            make(Layout::File, true),
+        ]
+    })[i]
 }
 
 /// A u64 near interesting values: small, near `near`, or near the top.
@@ -500,9 +629,9 @@ enum Edit {
     DropEntry(usize),
 }
 
-fn edit() -> impl Strategy<Value = Edit> {
+fn edit(layout: Layout) -> impl Strategy<Value = Edit> {
     let (c, seq, off) = {
-        let (_, c) = shared_base(true);
+        let (_, c) = shared_base(layout, true);
         (c.entries.len(), c.seq, c.replay_offset)
     };
     prop_oneof![
@@ -541,26 +670,36 @@ fn apply(c: &mut Checkpoint, e: &Edit) {
     }
 }
 
+/// Checkpoints with a valid CRC and arbitrary contents: recovery never panics, never returns
+/// wrong bytes, never cuts the intact log, and leaves it whole.
+fn survives_wrong_checkpoint(layout: Layout, clean: bool, edits: &[Edit]) -> bool {
+    let (base, good) = shared_base(layout, clean);
+    let mut c = good.clone();
+    for e in edits {
+        apply(&mut c, e);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(base.path(), dir.path());
+    let used = open_with_checkpoint(dir.path(), layout, &c);
+    used && decode_checkpoint(&encode_checkpoint(&c)).is_none()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
-    /// Checkpoints with a valid CRC and arbitrary contents: recovery never panics, never
-    /// returns wrong bytes, never cuts the intact log, and leaves it whole.
     #[test]
     fn recovery_survives_checkpoints_with_valid_crc_and_wrong_contents(
         clean in any::<bool>(),
-        edits in prop::collection::vec(edit(), 1..4)
+        edits in prop::collection::vec(edit(Layout::Dir), 1..4)
     ) {
-        let (base, good) = shared_base(clean);
-        let mut c = good.clone();
-        for e in &edits {
-            apply(&mut c, e);
-        }
-        let dir = tempfile::tempdir().unwrap();
-        copy_dir(base.path(), dir.path());
-        let used = open_with_checkpoint(dir.path(), &c);
-        if decode_checkpoint(&encode_checkpoint(&c)).is_none() {
-            prop_assert!(!used);
-        }
+        prop_assert!(!survives_wrong_checkpoint(Layout::Dir, clean, &edits), "undecodable checkpoint used");
+    }
+
+    #[test]
+    fn single_file_recovery_survives_checkpoints_with_valid_crc_and_wrong_contents(
+        clean in any::<bool>(),
+        edits in prop::collection::vec(edit(Layout::File), 1..4)
+    ) {
+        prop_assert!(!survives_wrong_checkpoint(Layout::File, clean, &edits), "undecodable checkpoint used");
     }
 }

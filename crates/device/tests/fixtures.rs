@@ -3,7 +3,10 @@
 //! railstore-device --test fixtures` regenerates them (only when the format changes on purpose;
 //! bump the format version then).
 
-use railstore_device::format::{decode_record, scan_records, RecordKind, RECORD_HEADER_BYTES};
+use railstore_device::format::{
+    decode_checkpoint, decode_checkpoint_region, decode_record, decode_slot_header,
+    decode_superblock, scan_records, RecordKind, RECORD_HEADER_BYTES,
+};
 use railstore_device::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -27,9 +30,32 @@ fn config() -> FileConfig {
     }
 }
 
+/// The single-file fixture: four slots of 16 KiB (a small image).
+fn single_config() -> FileConfig {
+    FileConfig {
+        capacity_bytes: 4 * (16 << 10),
+        limits: Limits {
+            key_bytes_min: 1,
+            key_bytes_max: 16,
+            value_bytes_max: 6000,
+        },
+        segment_bytes: 16 << 10,
+        write_buffer_bytes: 16 << 10,
+        flush_bytes: 8 << 10,
+        layout: FileLayout::SingleFile,
+        ..config()
+    }
+}
+
+const SINGLE: &str = "single-file/device.img";
+
 /// The operations the valid image holds, in order.
 async fn write_valid(dir: &Path) {
-    let dev = FileDevice::open(dir, config()).unwrap();
+    write_ops(dir, config()).await
+}
+
+async fn write_ops(path: &Path, cfg: FileConfig) {
+    let dev = FileDevice::open(path, cfg).unwrap();
     dev.store(b"alpha", b"first value", StoreMode::Upsert)
         .await
         .unwrap();
@@ -99,6 +125,9 @@ async fn generate() {
     let mut bad_ckpt = ckpt.clone();
     bad_ckpt[20] ^= 0x80;
     put("bad-checkpoint", &seg, Some(&bad_ckpt));
+    // The same operations on the single-file layout.
+    std::fs::create_dir_all(root.join(SINGLE).parent().unwrap()).unwrap();
+    write_ops(&root.join(SINGLE), single_config()).await;
 }
 
 /// Opens a copy of a fixture (opening repairs in place) and returns its contents.
@@ -164,6 +193,96 @@ async fn fixtures_decode_to_expected_contents() {
     let (ckpt, r) = open_copy("bad-checkpoint").await;
     assert_eq!(ckpt, expect_valid());
     assert!(!r.checkpoint_used && r.records_replayed == 6, "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_file_fixture_decodes_to_expected_contents() {
+    if std::env::var("RAILSTORE_WRITE_FIXTURES").is_ok() {
+        return; // written by `fixtures_decode_to_expected_contents`
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("device.img");
+    std::fs::copy(fixtures().join(SINGLE), &img).unwrap();
+    for round in 0..2 {
+        let dev = FileDevice::open(&img, single_config()).unwrap();
+        let r = dev.recovery().clone();
+        assert!(r.single_file && r.checkpoint_used, "{r:?}");
+        assert_eq!((r.records_replayed, r.torn_tail_bytes), (0, 0), "{r:?}");
+        let all = iterate_all(&dev, b"", true).await.unwrap();
+        let got: BTreeMap<_, _> = all.into_iter().map(|e| (e.key, e.value.unwrap())).collect();
+        assert_eq!(got, expect_valid(), "open {round}");
+        dev.close_blocking().unwrap();
+    }
+}
+
+#[test]
+fn single_file_fixture_bytes_match_the_format() {
+    if std::env::var("RAILSTORE_WRITE_FIXTURES").is_ok() {
+        return; // being rewritten by `fixtures_decode_to_expected_contents`
+    }
+    let img = std::fs::read(fixtures().join(SINGLE)).unwrap();
+    let u64_at = |at: usize| u64::from_le_bytes(img[at..at + 8].try_into().unwrap());
+    // The superblock, byte by byte as docs/format.md describes it, twice.
+    assert_eq!(&img[0..8], b"RSDEVSB1");
+    assert_eq!(&img[8..12], &1u32.to_le_bytes());
+    assert_eq!(img[0..4096], img[4096..8192]);
+    let sb = decode_superblock(&img[..4096]).unwrap();
+    assert_eq!(u64_at(24), img.len() as u64, "total bytes");
+    assert_eq!(u64_at(32), 16 << 10, "segment bytes");
+    assert_eq!(
+        u64_at(40),
+        20 << 10,
+        "slot bytes: a 4 KiB header and 16 KiB of log"
+    );
+    assert_eq!(u64_at(48), 4, "slots");
+    assert_eq!(
+        (u64_at(56), u64_at(64)),
+        (8192, 64 << 10),
+        "checkpoint regions"
+    );
+    assert_eq!(u64_at(72), 8192 + 2 * (64 << 10), "slot 0");
+    assert_eq!(sb.seq_base, u64_at(80));
+    assert!(img[92..4096].iter().all(|&b| b == 0));
+    // Slot 0 holds segment 1 (open: no seal); the others are free (zeros).
+    let slot = |i: u64| &img[sb.slot_offset(i) as usize..][..sb.slot_bytes as usize];
+    let (id, seal) = decode_slot_header(slot(0), sb.device_id, sb.slot_data_bytes());
+    let id = id.unwrap();
+    assert_eq!(&slot(0)[..8], b"RSSLOT01");
+    assert_eq!((id.segment, id.start_seq, seal), (1, sb.seq_base, None));
+    for i in 1..4 {
+        assert!(slot(i)[..4096].iter().all(|&b| b == 0), "slot {i} free");
+    }
+    // Segment 1's log: the directory fixture's records, with sequence numbers from seq_base.
+    let log = &slot(0)[4096..];
+    let mut recs = vec![];
+    let end = scan_records(log, 0, 0, |_, r| recs.push((r.header.seq, r.key.to_vec())));
+    let keys: Vec<&[u8]> = recs.iter().map(|(_, k)| k.as_slice()).collect();
+    assert_eq!(
+        keys,
+        [
+            &b"alpha"[..],
+            b"beta",
+            b"gamma",
+            b"beta",
+            b"alpha",
+            b"delta"
+        ]
+    );
+    assert!(recs
+        .iter()
+        .enumerate()
+        .all(|(i, (seq, _))| *seq == sb.seq_base + i as u64));
+    // Zeros after the last record to the end of its block and beyond.
+    assert!(log[end.end..].iter().all(|&b| b == 0));
+    // The checkpoint went to region 0 as generation 1; region 1 is empty.
+    let region = |r: usize| &img[sb.checkpoint_region_offset(r) as usize..][..64 << 10];
+    assert_eq!(&region(0)[..8], b"RSCKREG1");
+    let (generation, ckpt) = decode_checkpoint_region(region(0), sb.device_id).unwrap();
+    assert_eq!(generation, 1);
+    let c = decode_checkpoint(ckpt).unwrap();
+    assert_eq!((c.seq, c.replay_segment), (sb.seq_base + 5, 1));
+    assert_eq!(c.replay_offset, end.end as u64);
+    assert!(region(1).iter().all(|&b| b == 0));
 }
 
 #[test]

@@ -18,6 +18,7 @@ fn file_config() -> FileConfig {
         compaction: CompactionPolicy::Manual,
         direct_io: true,
         io_uring: true,
+        ..Default::default()
     }
 }
 
@@ -43,44 +44,45 @@ async fn mem_matches_model() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn file_matches_model_across_reopen_and_compaction() {
-    for seed in seeds(&[11, 12, 13]) {
-        // Seed 12 runs buffered I/O with the blocking read pool instead of O_DIRECT + io_uring.
-        let fast = seed != 12;
-        let cfg = FileConfig {
-            direct_io: fast,
-            io_uring: fast,
-            ..file_config()
-        };
-        let dir = tempfile::tempdir().unwrap();
-        let mut model = Model::new(test_limits());
-        for round in 0..4u64 {
-            let dev = FileDevice::open(dir.path(), cfg.clone()).unwrap();
-            if !fast {
-                assert!(!dev.direct_io() && !dev.io_uring());
-            }
-            if round > 0 {
-                assert!(
-                    dev.recovery().checkpoint_used,
-                    "seed {seed}: clean close leaves a checkpoint"
+    for layout in LAYOUTS {
+        for seed in seeds(&[11, 12, 13]) {
+            // Seed 12 runs buffered I/O with the blocking read pool instead of O_DIRECT +
+            // io_uring.
+            let fast = seed != 12;
+            let cfg = FileConfig {
+                direct_io: fast,
+                io_uring: fast,
+                ..with_layout(file_config(), layout)
+            };
+            let dir = tempfile::tempdir().unwrap();
+            let path = device_path(dir.path(), layout);
+            let mut model = Model::new(test_limits());
+            for round in 0..4u64 {
+                let ctx = format!("{layout:?} seed {seed} round {round}");
+                let dev = FileDevice::open(&path, cfg.clone()).unwrap();
+                assert_eq!(dev.single_file(), layout == Layout::File);
+                if !fast {
+                    assert!(!dev.direct_io() && !dev.io_uring());
+                }
+                if round > 0 {
+                    assert!(
+                        dev.recovery().checkpoint_used,
+                        "{ctx}: clean close leaves a checkpoint"
+                    );
+                }
+                assert_same(&dev, &model, &format!("{ctx} reopen")).await;
+                drive(&dev, &mut model, seed * 100 + round, 600).await;
+                let before = dev.info().await.unwrap();
+                let stats = dev.compact(u64::MAX).await.unwrap();
+                let after = dev.info().await.unwrap();
+                assert_eq!(
+                    after.used_bytes + stats.bytes_freed,
+                    before.used_bytes + stats.bytes_copied,
+                    "{ctx}"
                 );
+                assert_same(&dev, &model, &format!("{ctx} after compaction")).await;
+                dev.close_blocking().unwrap();
             }
-            assert_same(&dev, &model, &format!("seed {seed} reopen {round}")).await;
-            drive(&dev, &mut model, seed * 100 + round, 600).await;
-            let before = dev.info().await.unwrap();
-            let stats = dev.compact(u64::MAX).await.unwrap();
-            let after = dev.info().await.unwrap();
-            assert_eq!(
-                after.used_bytes + stats.bytes_freed,
-                before.used_bytes + stats.bytes_copied,
-                "seed {seed}"
-            );
-            assert_same(
-                &dev,
-                &model,
-                &format!("seed {seed} round {round} after compaction"),
-            )
-            .await;
-            dev.close_blocking().unwrap();
         }
     }
 }
@@ -101,30 +103,38 @@ async fn file_works_on_tmpfs() {
         eprintln!("no tmpfs at /dev/shm; not exercised here");
         return;
     }
-    let dir = tempfile::tempdir_in(shm).unwrap();
-    let dev = FileDevice::open(dir.path(), file_config()).unwrap();
-    eprintln!("tmpfs: O_DIRECT {}", dev.direct_io());
-    let mut model = Model::new(test_limits());
-    drive(&dev, &mut model, 5, 500).await;
-    dev.close_blocking().unwrap();
-    drop(dev);
-    let dev = FileDevice::open(dir.path(), file_config()).unwrap();
-    assert_same(&dev, &model, "tmpfs reopen").await;
+    for layout in LAYOUTS {
+        let dir = tempfile::tempdir_in(shm).unwrap();
+        let path = device_path(dir.path(), layout);
+        let cfg = with_layout(file_config(), layout);
+        let dev = FileDevice::open(&path, cfg.clone()).unwrap();
+        eprintln!("tmpfs, {layout:?}: O_DIRECT {}", dev.direct_io());
+        let mut model = Model::new(test_limits());
+        drive(&dev, &mut model, 5, 500).await;
+        dev.close_blocking().unwrap();
+        drop(dev);
+        let dev = FileDevice::open(&path, cfg).unwrap();
+        assert_same(&dev, &model, &format!("tmpfs reopen, {layout:?}")).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn file_replays_log_without_checkpoint() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut model = Model::new(test_limits());
-    {
-        let dev = FileDevice::open(dir.path(), file_config()).unwrap();
-        drive(&dev, &mut model, 77, 800).await;
-        dev.close_blocking().unwrap();
+    for layout in LAYOUTS {
+        let dir = tempfile::tempdir().unwrap();
+        let path = device_path(dir.path(), layout);
+        let cfg = with_layout(file_config(), layout);
+        let mut model = Model::new(test_limits());
+        {
+            let dev = FileDevice::open(&path, cfg.clone()).unwrap();
+            drive(&dev, &mut model, 77, 800).await;
+            dev.close_blocking().unwrap();
+        }
+        remove_checkpoints(&path, layout);
+        let dev = FileDevice::open(&path, cfg).unwrap();
+        assert!(!dev.recovery().checkpoint_used, "{layout:?}");
+        assert_same(&dev, &model, &format!("full replay, {layout:?}")).await;
     }
-    std::fs::remove_file(dir.path().join("checkpoint")).unwrap();
-    let dev = FileDevice::open(dir.path(), file_config()).unwrap();
-    assert!(!dev.recovery().checkpoint_used);
-    assert_same(&dev, &model, "full replay").await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -176,12 +186,19 @@ async fn wrappers_without_faults_match_model() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn file_capacity_error_changes_nothing_and_compaction_frees_space() {
+    for layout in LAYOUTS {
+        capacity_error_changes_nothing_and_compaction_frees_space(layout).await;
+    }
+}
+
+async fn capacity_error_changes_nothing_and_compaction_frees_space(layout: Layout) {
     let dir = tempfile::tempdir().unwrap();
+    // The single-file layout: four slots of 64 KiB, one kept for compaction.
     let cfg = FileConfig {
         capacity_bytes: 256 << 10,
-        ..file_config()
+        ..with_layout(file_config(), layout)
     };
-    let dev = FileDevice::open(dir.path(), cfg).unwrap();
+    let dev = FileDevice::open(device_path(dir.path(), layout), cfg).unwrap();
     let v = vec![3u8; 8000];
     let mut stored = 0u32;
     let err = loop {
@@ -194,7 +211,10 @@ async fn file_capacity_error_changes_nothing_and_compaction_frees_space() {
         }
         assert!(stored < 100, "capacity never enforced");
     };
-    assert!(matches!(err, DeviceError::Capacity { .. }), "{err}");
+    assert!(
+        matches!(err, DeviceError::Capacity { .. }),
+        "{layout:?}: {err}"
+    );
     assert!(
         !dev.exist(&[&stored.to_be_bytes()]).await.unwrap()[0],
         "a refused store changes nothing"
@@ -208,7 +228,7 @@ async fn file_capacity_error_changes_nothing_and_compaction_frees_space() {
     let stats = dev.compact(u64::MAX).await.unwrap();
     assert!(
         stats.segments_freed > 0 && stats.bytes_freed > 100 << 10,
-        "{stats:?}"
+        "{layout:?}: {stats:?}"
     );
     dev.store(&stored.to_be_bytes(), &v, StoreMode::Upsert)
         .await
@@ -226,14 +246,20 @@ async fn file_capacity_error_changes_nothing_and_compaction_frees_space() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn file_auto_compaction_reclaims_overwritten_space() {
+    for layout in LAYOUTS {
+        auto_compaction_reclaims_overwritten_space(layout).await;
+    }
+}
+
+async fn auto_compaction_reclaims_overwritten_space(layout: Layout) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = FileConfig {
         compaction: CompactionPolicy::Auto {
             dead_ratio_min: 0.5,
         },
-        ..file_config()
+        ..with_layout(file_config(), layout)
     };
-    let dev = FileDevice::open(dir.path(), cfg).unwrap();
+    let dev = FileDevice::open(device_path(dir.path(), layout), cfg).unwrap();
     let v = vec![9u8; 4000];
     for round in 0..40u32 {
         for k in 0..8u32 {
@@ -256,7 +282,7 @@ async fn file_auto_compaction_reclaims_overwritten_space() {
     }
     assert!(
         used < written / 3,
-        "background compaction left {used} of {written} B"
+        "{layout:?}: background compaction left {used} of {written} B"
     );
     for k in 0..8u32 {
         let r = dev
@@ -269,15 +295,22 @@ async fn file_auto_compaction_reclaims_overwritten_space() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_never_drops_live_records_behind_a_corrupt_one() {
+    for layout in LAYOUTS {
+        compaction_keeps_live_records_behind_a_corrupt_one(layout).await;
+    }
+}
+
+async fn compaction_keeps_live_records_behind_a_corrupt_one(layout: Layout) {
     let dir = tempfile::tempdir().unwrap();
+    let path = device_path(dir.path(), layout);
     // Checkpoint only on close, so reopening trusts the index and never rescans segment 1.
     let cfg = FileConfig {
         checkpoint_interval_bytes: 0,
-        ..file_config()
+        ..with_layout(file_config(), layout)
     };
     let v = |i: u32| vec![(i as u8) ^ 0x5A; 6000];
-    {
-        let dev = FileDevice::open(dir.path(), cfg.clone()).unwrap();
+    let seg1 = {
+        let dev = FileDevice::open(&path, cfg.clone()).unwrap();
         for i in 0..20u32 {
             dev.store(&i.to_be_bytes(), &v(i), StoreMode::Upsert)
                 .await
@@ -289,20 +322,26 @@ async fn compaction_never_drops_live_records_behind_a_corrupt_one() {
             .unwrap();
         dev.sync().await.unwrap();
         dev.close_blocking().unwrap();
-    }
-    let seg = dir.path().join("seg-0000000001.log");
-    let mut bytes = std::fs::read(&seg).unwrap();
-    bytes[100] ^= 0xFF; // inside the dead record: its CRC fails, the live ones are intact
-    std::fs::write(&seg, &bytes).unwrap();
+        dev.segment_extents().remove(0)
+    };
+    assert_eq!(seg1.id, 1);
+    // Inside the dead record: its CRC fails, the live ones are intact.
+    let at = seg1.offset + 100;
+    let byte = read_at(&seg1.path, at, 1)[0];
+    write_at(&seg1.path, at, &[byte ^ 0xFF]);
     for round in 0..2 {
-        let dev = FileDevice::open(dir.path(), cfg.clone()).unwrap();
+        let dev = FileDevice::open(&path, cfg.clone()).unwrap();
         if round == 0 {
             // It may refuse (the segment cannot be walked), but must not lose live records.
             let _ = dev.compact(u64::MAX).await;
         }
         for i in 1..20u32 {
             let got = dev.retrieve(&i.to_be_bytes(), ReadRange::ALL).await;
-            assert_eq!(got.unwrap().value, v(i), "key {i} after round {round}");
+            assert_eq!(
+                got.unwrap().value,
+                v(i),
+                "{layout:?}: key {i} after round {round}"
+            );
         }
         let got = dev.retrieve(&0u32.to_be_bytes(), ReadRange::ALL).await;
         assert_eq!(got.unwrap().value, v(100));
