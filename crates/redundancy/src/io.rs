@@ -133,79 +133,46 @@ impl DeviceSet {
         }
     }
 
-    /// Stores on device `d` (upsert), retrying transient errors.
-    pub async fn store(&self, d: usize, key: &[u8], value: &[u8]) -> Result<(), DeviceError> {
+    /// Runs one operation on device `d`: refused at once if the device is marked failed,
+    /// retried on transient errors, and a fail-stop or I/O error marks the device failed.
+    async fn run<T, F>(&self, d: usize, op: impl Fn(Arc<dyn Device>) -> F) -> Result<T, DeviceError>
+    where
+        F: std::future::Future<Output = Result<T, DeviceError>>,
+    {
         if self.is_failed(d) {
             return Err(DeviceError::Failed {
                 reason: "marked failed",
             });
         }
         let dev = self.device(d);
+        let mut tries = 0;
+        loop {
+            match op(dev.clone()).await {
+                Err(DeviceError::Transient) if tries < TRANSIENT_RETRIES => tries += 1,
+                Err(e) => {
+                    self.note(d, &e);
+                    return Err(e);
+                }
+                Ok(v) => return Ok(v),
+            }
+        }
+    }
+
+    /// Stores on device `d` (upsert).
+    pub async fn store(&self, d: usize, key: &[u8], value: &[u8]) -> Result<(), DeviceError> {
         self.counters.stores.fetch_add(1, Ordering::Relaxed);
         self.counters
             .store_bytes
             .fetch_add(value.len() as u64, Ordering::Relaxed);
-        let mut tries = 0;
-        loop {
-            match dev.store(key, value, StoreMode::Upsert).await {
-                Err(DeviceError::Transient) if tries < TRANSIENT_RETRIES => tries += 1,
-                Err(e) => {
-                    self.note(d, &e);
-                    return Err(e);
-                }
-                Ok(()) => return Ok(()),
-            }
-        }
+        self.run(d, |dev| async move {
+            dev.store(key, value, StoreMode::Upsert).await
+        })
+        .await
     }
 
     /// Reads the whole value under `key` on device `d`; `Ok(None)` when it is not there.
     pub async fn retrieve(&self, d: usize, key: &[u8]) -> Result<Option<Vec<u8>>, DeviceError> {
-        if self.is_failed(d) {
-            return Err(DeviceError::Failed {
-                reason: "marked failed",
-            });
-        }
-        let dev = self.device(d);
-        self.counters.retrieves.fetch_add(1, Ordering::Relaxed);
-        let mut tries = 0;
-        loop {
-            match dev.retrieve(key, ReadRange::ALL).await {
-                Ok(Retrieved { value, .. }) => {
-                    self.counters
-                        .retrieve_bytes
-                        .fetch_add(value.len() as u64, Ordering::Relaxed);
-                    return Ok(Some(value));
-                }
-                Err(DeviceError::KeyNotFound { .. }) => return Ok(None),
-                Err(DeviceError::Transient) if tries < TRANSIENT_RETRIES => tries += 1,
-                Err(e) => {
-                    self.note(d, &e);
-                    return Err(e);
-                }
-            }
-        }
-    }
-
-    /// Whether `key` is stored on device `d` (an index lookup on most devices, cheaper than a
-    /// read that misses).
-    pub async fn exists(&self, d: usize, key: &[u8]) -> Result<bool, DeviceError> {
-        if self.is_failed(d) {
-            return Err(DeviceError::Failed {
-                reason: "marked failed",
-            });
-        }
-        let dev = self.device(d);
-        let mut tries = 0;
-        loop {
-            match dev.exist(&[key]).await {
-                Ok(v) => return Ok(v.first().copied().unwrap_or(false)),
-                Err(DeviceError::Transient) if tries < TRANSIENT_RETRIES => tries += 1,
-                Err(e) => {
-                    self.note(d, &e);
-                    return Err(e);
-                }
-            }
-        }
+        self.retrieve_range(d, key, ReadRange::ALL).await
     }
 
     /// Reads the first `len` bytes of the value under `key` on device `d`.
@@ -215,90 +182,65 @@ impl DeviceSet {
         key: &[u8],
         len: u64,
     ) -> Result<Option<Vec<u8>>, DeviceError> {
-        if self.is_failed(d) {
-            return Err(DeviceError::Failed {
-                reason: "marked failed",
-            });
-        }
-        let dev = self.device(d);
-        self.counters.retrieves.fetch_add(1, Ordering::Relaxed);
-        let mut tries = 0;
         let range = ReadRange {
             offset: 0,
             len: Some(len),
         };
-        loop {
-            match dev.retrieve(key, range).await {
-                Ok(Retrieved { value, .. }) => {
-                    self.counters
-                        .retrieve_bytes
-                        .fetch_add(value.len() as u64, Ordering::Relaxed);
-                    return Ok(Some(value));
-                }
-                Err(DeviceError::KeyNotFound { .. }) => return Ok(None),
-                Err(DeviceError::Transient) if tries < TRANSIENT_RETRIES => tries += 1,
-                Err(e) => {
-                    self.note(d, &e);
-                    return Err(e);
-                }
+        self.retrieve_range(d, key, range).await
+    }
+
+    async fn retrieve_range(
+        &self,
+        d: usize,
+        key: &[u8],
+        range: ReadRange,
+    ) -> Result<Option<Vec<u8>>, DeviceError> {
+        self.counters.retrieves.fetch_add(1, Ordering::Relaxed);
+        match self
+            .run(d, |dev| async move { dev.retrieve(key, range).await })
+            .await
+        {
+            Ok(Retrieved { value, .. }) => {
+                self.counters
+                    .retrieve_bytes
+                    .fetch_add(value.len() as u64, Ordering::Relaxed);
+                Ok(Some(value))
             }
+            Err(DeviceError::KeyNotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
         }
+    }
+
+    /// Whether `key` is stored on device `d` (an index lookup on most devices, cheaper than a
+    /// read that misses).
+    pub async fn exists(&self, d: usize, key: &[u8]) -> Result<bool, DeviceError> {
+        let v = self
+            .run(d, |dev| async move { dev.exist(&[key]).await })
+            .await?;
+        Ok(v.first().copied().unwrap_or(false))
     }
 
     /// Deletes `key` on device `d`; a missing key is fine.
     pub async fn delete(&self, d: usize, key: &[u8]) -> Result<(), DeviceError> {
-        if self.is_failed(d) {
-            return Err(DeviceError::Failed {
-                reason: "marked failed",
-            });
-        }
-        let dev = self.device(d);
         self.counters.deletes.fetch_add(1, Ordering::Relaxed);
-        let mut tries = 0;
-        loop {
-            match dev.delete(key, false).await {
-                Ok(_) => return Ok(()),
-                Err(DeviceError::Transient) if tries < TRANSIENT_RETRIES => tries += 1,
-                Err(e) => {
-                    self.note(d, &e);
-                    return Err(e);
-                }
-            }
-        }
+        self.run(
+            d,
+            |dev| async move { dev.delete(key, false).await.map(|_| ()) },
+        )
+        .await
     }
 
-    /// Durability barrier on device `d`, retrying transient errors.
+    /// Durability barrier on device `d`; a device marked failed has nothing to sync.
     pub async fn sync(&self, d: usize) -> Result<(), DeviceError> {
         if self.is_failed(d) {
             return Ok(());
         }
-        let dev = self.device(d);
-        let mut tries = 0;
-        loop {
-            match dev.sync().await {
-                Err(DeviceError::Transient) if tries < TRANSIENT_RETRIES => tries += 1,
-                Err(e) => {
-                    self.note(d, &e);
-                    return Err(e);
-                }
-                Ok(()) => return Ok(()),
-            }
-        }
+        self.run(d, |dev| async move { dev.sync().await }).await
     }
 
     /// One iteration batch on device `d`.
     pub async fn iterate(&self, d: usize, req: &IterRequest) -> Result<IterBatch, DeviceError> {
-        let dev = self.device(d);
-        let mut tries = 0;
-        loop {
-            match dev.iterate(req).await {
-                Err(DeviceError::Transient) if tries < TRANSIENT_RETRIES => tries += 1,
-                Err(e) => {
-                    self.note(d, &e);
-                    return Err(e);
-                }
-                Ok(b) => return Ok(b),
-            }
-        }
+        self.run(d, |dev| async move { dev.iterate(req).await })
+            .await
     }
 }
