@@ -855,6 +855,31 @@ impl Inner {
             }
         };
         match mech {
+            Mechanism::Pack { m, .. } if !self.io.prefers(place.device(0)) => {
+                // The member's device should not serve reads now (a writer under separation):
+                // rebuild the member from its set on devices that should.
+                let pos = (1..=m as usize).find(|&p| self.io.prefers(place.device(p)))?;
+                let bytes = self.io.retrieve(place.device(pos), &skey).await.ok()??;
+                let (h, payload) = PieceHeader::decode(&bytes).ok()?;
+                if h.kind != PieceKind::Pointer || want.is_some_and(|w| w != h.version) {
+                    return None;
+                }
+                let data = self
+                    .decode_member(payload, h.set, h.index, h.version, true)
+                    .await
+                    .ok()??;
+                if !self.segment_len_ok(&h, data.len(), mech) {
+                    return None;
+                }
+                Some(Resolved {
+                    mechanism: mech,
+                    version: h.version,
+                    object_len: h.object_len,
+                    segment_count: h.segment_count,
+                    set: Some((h.set, h.index)),
+                    data,
+                })
+            }
             Mechanism::Hash | Mechanism::Pack { .. } => {
                 let d = place.device(0);
                 if !self.io.readable(d) {
@@ -1178,7 +1203,7 @@ impl Inner {
         {
             let h = p.header;
             if let Some(data) = self
-                .decode_member(&p.payload, h.set, h.index, version)
+                .decode_member(&p.payload, h.set, h.index, version, false)
                 .await?
             {
                 return Ok(Some(Resolved {

@@ -394,14 +394,21 @@ pub(crate) struct SetScan {
 
 impl Inner {
     /// Reads every piece of a set.
-    pub(crate) async fn scan_set(&self, set: u64, desc: &SetDescriptor) -> SetScan {
+    /// With `preferred_only`, reads only devices the read plan prefers now (the rest count as
+    /// missing, and members there as live).
+    pub(crate) async fn scan_set(
+        &self,
+        set: u64,
+        desc: &SetDescriptor,
+        preferred_only: bool,
+    ) -> SetScan {
         let members = join_all(
             desc.members
                 .iter()
                 .enumerate()
                 .map(|(slot, mem)| async move {
                     let d = mem.device as usize;
-                    if self.io.is_failed(d) {
+                    if self.io.is_failed(d) || (preferred_only && !self.io.prefers(d)) {
                         // Unknown: count it live so nothing is reclaimed or duplicated on a guess.
                         return (None, true, false);
                     }
@@ -439,7 +446,7 @@ impl Inner {
                 .enumerate()
                 .map(|(j, &d)| async move {
                     let d = d as usize;
-                    if self.io.is_failed(d) {
+                    if self.io.is_failed(d) || (preferred_only && !self.io.prefers(d)) {
                         return None;
                     }
                     let bytes = self
@@ -536,6 +543,7 @@ impl Inner {
         set: u64,
         slot: u8,
         version: u64,
+        preferred_only: bool,
     ) -> Result<Option<Vec<u8>>> {
         let Some(desc) = SetDescriptor::decode(desc_bytes) else {
             return Ok(None);
@@ -546,7 +554,11 @@ impl Inner {
         if member.version != version {
             return Ok(None);
         }
-        let mut scan = self.scan_set(set, &desc).await;
+        let mut scan = self.scan_set(set, &desc, preferred_only).await;
+        if preferred_only {
+            // The member itself is what is rebuilt: never taken from its own device here.
+            scan.members[slot as usize] = None;
+        }
         if !self.complete_set(&desc, &mut scan)? {
             return Ok(None);
         }
@@ -610,7 +622,7 @@ impl Inner {
         set: u64,
         desc: &SetDescriptor,
     ) -> Result<(usize, bool, bool)> {
-        let mut scan = self.scan_set(set, desc).await;
+        let mut scan = self.scan_set(set, desc, false).await;
         if !scan.live.iter().any(|l| *l) {
             // Every member was overwritten or deleted: nothing needs this set any more.
             let mut ops: Vec<(usize, Vec<u8>)> = Vec::new();

@@ -1,6 +1,6 @@
 //! The reliability manager over read/write-separated devices, in virtual time: random puts,
-//! deletes and reads across many role switches return the last acknowledged value, reads go
-//! only to reader-role devices, and faults within tolerance lose nothing.
+//! deletes and reads across many role switches return the last acknowledged value, and reads
+//! go only to reader-role devices (a packed member on a writer is rebuilt from its set).
 
 use railstore_device::{Device, MemConfig, MemDevice, MeteredDevice, OpKind, ReadRange, StoreMode};
 use railstore_rails::{Rails, RailsConfig, Role, ScheduleConfig};
@@ -139,5 +139,6 @@ async fn separated_arrays_return_the_last_acknowledged_value() {
         run("rep3", 2, seed).await;
         run("split3+3", 3, seed).await;
         run("split4+2", 4, seed).await;
+        run("pack4+2", 4, seed).await;
     }
 }
