@@ -5,4 +5,5 @@ pub mod device;
 pub mod ec;
 pub mod kv;
 pub mod meter;
+pub mod mixed;
 pub mod plot;

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 use railstore_bench::device::{DeviceBenchArgs, SimValidationArgs};
 use railstore_bench::ec::EcBenchArgs;
 use railstore_bench::kv::{KvBenchArgs, RebuildBenchArgs};
+use railstore_bench::mixed::MixedBenchArgs;
 
 /// railstore: an object and key-value store for flash arrays that keeps reads at read-only
 /// latency while writes pour in, protected by erasure codes.
@@ -43,6 +44,10 @@ enum BenchCommand {
     /// Rebuild of a failed device per mechanism (all and half the objects) against a
     /// RAID-style full-capacity copy.
     Rebuild(Box<RebuildBenchArgs>),
+    /// Reads and writes at once on simulated SSDs with read/write separation on, off and
+    /// without writes (Flash on Rails §4.4, eRails §7): read tail latency, write throughput
+    /// against the eRails bound, buffers over time.
+    Mixed(Box<MixedBenchArgs>),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -55,6 +60,7 @@ fn main() -> anyhow::Result<()> {
             BenchCommand::SimSsd(args) => railstore_bench::device::run_sim_validation(&args),
             BenchCommand::Kv(args) => railstore_bench::kv::run(&args),
             BenchCommand::Rebuild(args) => railstore_bench::kv::run_rebuild(&args),
+            BenchCommand::Mixed(args) => railstore_bench::mixed::run(&args),
         },
     }
 }
