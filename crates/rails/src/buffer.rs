@@ -166,6 +166,32 @@ impl WriteBuffer {
         None
     }
 
+    /// Up to `n` of the oldest pending operations, each on a different key, to flush together;
+    /// they stay buffered (and readable) until [`WriteBuffer::flushed`].
+    pub fn next_batch(&mut self, n: usize) -> Vec<(u64, Vec<u8>, Pending)> {
+        let mut out = Vec::new();
+        // Drop superseded entries at the front, then take live ones in arrival order.
+        while let Some((seq, key)) = self.order.front() {
+            match self.latest.get(key) {
+                Some((s, _)) if s == seq => break,
+                _ => {
+                    self.order.pop_front();
+                }
+            }
+        }
+        for (seq, key) in &self.order {
+            if out.len() == n {
+                break;
+            }
+            if let Some((s, op)) = self.latest.get(key) {
+                if s == seq {
+                    out.push((*seq, key.clone(), op.clone()));
+                }
+            }
+        }
+        out
+    }
+
     /// The device stored the operation `seq` on `key`: drop it, unless a newer one arrived
     /// meanwhile (that one flushes later).
     pub fn flushed(&mut self, seq: u64, key: &[u8]) {
@@ -215,6 +241,23 @@ mod tests {
         assert!(b.is_empty());
         assert_eq!(b.bytes(), 0);
         assert_eq!(b.next_to_flush(), None);
+    }
+
+    #[test]
+    fn batches_take_distinct_keys_in_arrival_order() {
+        let mut b = WriteBuffer::new(1 << 20);
+        for (k, v) in [(b"a", 1u8), (b"b", 2), (b"a", 3), (b"c", 4)] {
+            b.push(k, Pending::Store(vec![v])).unwrap();
+        }
+        let batch = b.next_batch(8);
+        let keys: Vec<&[u8]> = batch.iter().map(|(_, k, _)| k.as_slice()).collect();
+        assert_eq!(keys, vec![&b"b"[..], b"a", b"c"]);
+        assert_eq!(batch[1].2, Pending::Store(vec![3]));
+        assert_eq!(b.next_batch(2).len(), 2);
+        for (seq, k, _) in batch {
+            b.flushed(seq, &k);
+        }
+        assert!(b.is_empty() && b.next_batch(8).is_empty());
     }
 
     #[test]

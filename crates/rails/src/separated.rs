@@ -115,6 +115,9 @@ struct DeviceState {
     counters: DeviceCounters,
 }
 
+/// Buffered operations a flusher sends to its device at once.
+const FLUSH_BATCH_OPS_MAX: usize = 16;
+
 /// What [`Rails::new`] returns: the shared state and the wrapped devices.
 pub type RailsAndDevices = (Arc<Rails>, Vec<Arc<dyn Device>>);
 
@@ -307,32 +310,44 @@ async fn flush_all(
         if keep_going.is_some_and(|k| !k()) {
             return Ok(());
         }
-        let Some((seq, key, op)) = st.buffer.lock().unwrap().next_to_flush() else {
+        // Several keys at once: each key appears once in a batch, so order per key holds.
+        let batch = st.buffer.lock().unwrap().next_batch(FLUSH_BATCH_OPS_MAX);
+        if batch.is_empty() {
             return Ok(());
-        };
-        let res = match &op {
-            Pending::Store(v) => st
-                .inner
-                .store(&key, v, StoreMode::Upsert)
-                .await
-                .map(|_| v.len() as u64),
-            Pending::Delete => st.inner.delete(&key, false).await.map(|_| 0),
-        };
-        let bytes = match res {
-            Ok(b) => b,
-            Err(e) => {
-                if matches!(e, DeviceError::Failed { .. } | DeviceError::Io { .. }) {
-                    st.fail();
-                }
-                return Err(e);
+        }
+        let results = futures_util::future::join_all(batch.iter().map(|(_, key, op)| async move {
+            match op {
+                Pending::Store(v) => st
+                    .inner
+                    .store(key, v, StoreMode::Upsert)
+                    .await
+                    .map(|_| v.len() as u64),
+                Pending::Delete => st.inner.delete(key, false).await.map(|_| 0),
             }
-        };
-        st.buffer.lock().unwrap().flushed(seq, &key);
-        st.counters.flushed_ops.fetch_add(1, Ordering::Relaxed);
-        st.counters
-            .flushed_bytes
-            .fetch_add(bytes, Ordering::Relaxed);
+        }))
+        .await;
+        let mut first_error = None;
+        for ((seq, key, _), res) in batch.iter().zip(results) {
+            match res {
+                Ok(bytes) => {
+                    st.buffer.lock().unwrap().flushed(*seq, key);
+                    st.counters.flushed_ops.fetch_add(1, Ordering::Relaxed);
+                    st.counters
+                        .flushed_bytes
+                        .fetch_add(bytes, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    if matches!(e, DeviceError::Failed { .. } | DeviceError::Io { .. }) {
+                        st.fail();
+                    }
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
         st.room.notify_waiters();
+        if let Some(e) = first_error {
+            return Err(e);
+        }
     }
 }
 
@@ -385,11 +400,16 @@ async fn window_controller(rails: std::sync::Weak<Rails>) {
 /// One device's flusher: writes its buffer out whenever it is a writer, compacts it then, and
 /// sleeps until its role changes or new work arrives.
 async fn flusher(rails: std::sync::Weak<Rails>, d: usize) {
+    // The frame in which this device last compacted: once per writer stint is enough.
+    let mut compacted_in: Option<u64> = None;
     loop {
         let Some(r) = rails.upgrade() else { return };
         let st = r.devices[d].clone();
         let now = r.now_ns();
-        let wake_at = r.plan.with_schedule(|s| s.next_change(now));
+        let (frame, wake_at) = r
+            .plan
+            .with_schedule(|s| (s.frame_at(now), s.next_change(now)));
+        let mut failed_now = false;
         if r.role(d) == Role::Writer {
             let check = {
                 let r = r.clone();
@@ -397,7 +417,12 @@ async fn flusher(rails: std::sync::Weak<Rails>, d: usize) {
             };
             if let Err(e) = flush_all(&st, Some(&check)).await {
                 tracing::warn!(device = d, error = %e, "flush failed; retrying at the next role change");
-            } else if r.cfg.compact_budget_bytes > 0 && check() {
+                failed_now = true;
+            } else if r.cfg.compact_budget_bytes > 0
+                && check()
+                && compacted_in.is_none_or(|f| f + 1 < frame)
+            {
+                compacted_in = Some(frame);
                 if let Ok(s) = st.inner.compact(r.cfg.compact_budget_bytes).await {
                     if s.segments_freed > 0 {
                         st.counters.compactions.fetch_add(1, Ordering::Relaxed);
@@ -407,6 +432,11 @@ async fn flusher(rails: std::sync::Weak<Rails>, d: usize) {
         }
         let deadline = r.start + std::time::Duration::from_nanos(wake_at);
         drop(r);
+        if failed_now {
+            // A failing device is not retried on every new write: wait for the next change.
+            tokio::time::sleep_until(deadline).await;
+            continue;
+        }
         tokio::select! {
             _ = tokio::time::sleep_until(deadline) => {}
             _ = st.work.notified() => {}
