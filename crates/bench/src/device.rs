@@ -1,9 +1,10 @@
 //! `railstore bench device`: a fio-like load on any device backend, and the simulated-SSD
 //! validation (random reads alone vs. with random writes, in virtual time).
 
+use crate::progress::bar;
 use anyhow::{bail, Context};
 use hdrhistogram::Histogram;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use railstore_device::sim::{precondition, virtual_time_runtime, VIRTUAL_TIME_DILATION};
 use railstore_device::{
     CompactionPolicy, Device, FileConfig, FileDevice, Limits, MemConfig, MemDevice, ReadRange,
@@ -529,25 +530,6 @@ async fn prefill(
     }
     dev.sync().await?;
     Ok(())
-}
-
-fn bar(quiet: bool, len: Option<u64>, what: &str) -> ProgressBar {
-    if quiet {
-        return ProgressBar::hidden();
-    }
-    let b = match len {
-        Some(n) => ProgressBar::new(n),
-        None => ProgressBar::new_spinner(),
-    };
-    b.set_style(
-        ProgressStyle::with_template(
-            "{msg:>12} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} ({per_sec})",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    b.set_message(what.to_string());
-    b.enable_steady_tick(Duration::from_millis(200));
-    b
 }
 
 async fn run_async(args: &DeviceBenchArgs) -> anyhow::Result<DeviceBenchReport> {

@@ -24,9 +24,10 @@
 
 use crate::device::{sim_config, Backend, Percentiles};
 use crate::plot::{ensure_font, human_bytes, parse_bytes};
+use crate::progress::bar;
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use hdrhistogram::Histogram;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use railstore_device::aligned::AlignedBuf;
@@ -1039,28 +1040,6 @@ async fn run_phase(
     }
     let elapsed = start.elapsed().as_secs_f64() / ctx.dilation as f64;
     Ok((back.into_iter().map(|(_, w)| w).collect(), tally, elapsed))
-}
-
-fn bar(quiet: bool, len: Option<u64>, what: &str) -> ProgressBar {
-    if quiet {
-        return ProgressBar::hidden();
-    }
-    let (b, template) = match len {
-        Some(n) => (
-            ProgressBar::new(n),
-            "{msg:>18} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} ({per_sec})",
-        ),
-        None => (
-            ProgressBar::new_spinner(),
-            "{msg:>18} [{elapsed_precise}] {spinner} {human_pos} ({per_sec})",
-        ),
-    };
-    b.set_style(
-        ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    b.set_message(what.to_string());
-    b.enable_steady_tick(Duration::from_millis(200));
-    b
 }
 
 fn build_runtime(backend: Backend, threads: usize) -> Result<tokio::runtime::Runtime> {

@@ -7,3 +7,4 @@ pub mod kv;
 pub mod meter;
 pub mod mixed;
 pub mod plot;
+pub mod progress;

@@ -11,11 +11,12 @@
 //! phase starts on a frame boundary. Time is virtual by default: the simulated SSDs' delays run on
 //! a paused tokio clock, so CPU work (erasure coding, copies) costs no simulated time.
 
+use crate::progress::bar;
 use anyhow::{bail, ensure, Context, Result};
 use async_trait::async_trait;
 use futures_util::future::join_all;
 use hdrhistogram::Histogram;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use railstore_device::sim::{precondition, virtual_time_runtime, VIRTUAL_TIME_DILATION};
 use railstore_device::{
     CompactStats, Device, DeviceInfo, IterBatch, IterRequest, Limits, MemConfig, MemDevice,
@@ -1825,28 +1826,6 @@ async fn replay(ctx: Arc<Ctx>, trace: Arc<Trace>, writes: bool) -> Result<()> {
 
 // ---------------------------------------------------------------------------------------------
 // Output
-
-fn bar(quiet: bool, len: Option<u64>, what: &str) -> ProgressBar {
-    if quiet {
-        return ProgressBar::hidden();
-    }
-    let (b, template) = match len {
-        Some(n) => (
-            ProgressBar::new(n),
-            "{msg:>36} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len}",
-        ),
-        None => (
-            ProgressBar::new_spinner(),
-            "{msg:>36} [{elapsed_precise}] {spinner}",
-        ),
-    };
-    b.set_style(
-        ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    b.set_message(what.to_string());
-    b.enable_steady_tick(Duration::from_millis(200));
-    b
-}
 
 fn table_header() -> String {
     format!(
