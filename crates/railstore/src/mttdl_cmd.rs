@@ -259,6 +259,7 @@ pub fn run(args: &MttdlArgs) -> Result<()> {
         }
         Some(path) => {
             let measured = measured_rebuilds(path)?;
+            let base = params(args).0;
             let mut rows = Vec::new();
             let mut parts = Vec::new();
             for scheme in &args.mechanisms {
@@ -281,9 +282,11 @@ pub fn run(args: &MttdlArgs) -> Result<()> {
                     })?
                 };
                 parts.push(format!("{name} {} MB/s", trim_float(mbps, 4)));
-                let mut pm = params(args).0;
-                pm.repair = Repair::Throughput {
-                    bytes_per_sec: mbps * 1e6,
+                let pm = MttdlParams {
+                    repair: Repair::Throughput {
+                        bytes_per_sec: mbps * 1e6,
+                    },
+                    ..base
                 };
                 rows.extend(evaluate(&pm, std::slice::from_ref(scheme))?);
             }
@@ -293,7 +296,7 @@ pub fn run(args: &MttdlArgs) -> Result<()> {
                 path.display(),
                 parts.join(", ")
             );
-            (params(args).0, text, rows)
+            (base, text, rows)
         }
     };
     print!("{}", render(&p, &repair_text, &rows));

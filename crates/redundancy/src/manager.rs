@@ -776,16 +776,7 @@ impl Inner {
     /// Syncs every healthy device, then deletes the garbage scheduled before the sync began.
     pub(crate) async fn sync_all(&self) -> Result<()> {
         let garbage = std::mem::take(&mut *self.garbage.lock().unwrap());
-        let res: Result<()> = join_all((0..self.io.len()).map(|d| async move {
-            self.io
-                .sync(d)
-                .await
-                .map_err(|source| RedundancyError::Device { device: d, source })
-        }))
-        .await
-        .into_iter()
-        .collect();
-        if let Err(e) = res {
+        if let Err(e) = self.sync_devices(0..self.io.len()).await {
             self.garbage.lock().unwrap().extend(garbage);
             return Err(e);
         }
@@ -813,17 +804,21 @@ impl Inner {
 
     /// Makes what was stored at the first `positions` placement positions durable.
     async fn sync_positions(&self, place: &Placement<'_>, positions: usize) -> Result<()> {
-        let res = join_all((0..positions).map(|pos| {
-            let d = place.device(pos);
-            async move {
-                self.io
-                    .sync(d)
-                    .await
-                    .map_err(|source| RedundancyError::Device { device: d, source })
-            }
+        self.sync_devices((0..positions).map(|pos| place.device(pos)))
+            .await
+    }
+
+    /// Syncs the given devices at once; devices marked failed have nothing to sync.
+    async fn sync_devices(&self, devices: impl Iterator<Item = usize>) -> Result<()> {
+        join_all(devices.map(|d| async move {
+            self.io
+                .sync(d)
+                .await
+                .map_err(|source| RedundancyError::Device { device: d, source })
         }))
-        .await;
-        res.into_iter().collect()
+        .await
+        .into_iter()
+        .collect()
     }
 
     /// Reads a segment the cheap way: the fewest pieces, from preferred devices, all agreeing.

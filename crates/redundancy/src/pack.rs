@@ -221,13 +221,25 @@ fn spawn_set(
     };
     tokio::spawn(async move {
         let (dones, result) = write_set(&inner, mech, &group_devices, members).await;
-        for d in dones {
-            let _ = d.send(match &result {
+        for (key, done) in dones {
+            // Each member hears the set's outcome under its own key.
+            let _ = done.send(match &result {
                 Ok(()) => Ok(()),
+                Err(RedundancyError::WriteFailed {
+                    written,
+                    needed,
+                    cause,
+                    ..
+                }) => Err(RedundancyError::WriteFailed {
+                    key,
+                    written: *written,
+                    needed: *needed,
+                    cause: cause.clone(),
+                }),
                 Err(e) => Err(RedundancyError::WriteFailed {
-                    key: Vec::new(),
+                    key,
                     written: 0,
-                    needed: 0,
+                    needed: 1,
                     cause: e.to_string(),
                 }),
             });
@@ -241,7 +253,7 @@ async fn write_set(
     mech: Mechanism,
     group_devices: &[usize],
     members: Vec<Pending>,
-) -> (Vec<oneshot::Sender<Result<()>>>, Result<()>) {
+) -> (Vec<(Vec<u8>, oneshot::Sender<Result<()>>)>, Result<()>) {
     let Mechanism::Pack { code, k, m } = mech else {
         unreachable!()
     };
@@ -313,6 +325,9 @@ async fn write_set(
                 .map(|(d, key, v)| async move { (*d, inner.io.store(*d, key, v).await) }),
         )
         .await;
+        let mut devices: Vec<usize> = res.iter().map(|(d, _)| *d).collect();
+        devices.sort_unstable();
+        devices.dedup();
         let mut failed: Vec<usize> = res
             .iter()
             .filter(|(_, r)| r.is_err())
@@ -321,14 +336,22 @@ async fn write_set(
         failed.sort_unstable();
         failed.dedup();
         if failed.len() > m as usize {
-            return Err(RedundancyError::Config(format!(
-                "set {set}: devices {failed:?} failed, more than {m} parity can cover"
-            )));
+            return Err(RedundancyError::WriteFailed {
+                key: Vec::new(),
+                written: devices.len() - failed.len(),
+                needed: devices.len() - m as usize,
+                cause: format!(
+                    "packing set {set}: devices {failed:?} failed, more than {m} parity can cover"
+                ),
+            });
         }
         Ok(())
     }
     .await;
-    (members.into_iter().map(|p| p.done).collect(), result)
+    (
+        members.into_iter().map(|p| (p.key, p.done)).collect(),
+        result,
+    )
 }
 
 fn set_piece(
