@@ -298,21 +298,12 @@ async fn build(
     })
 }
 
-/// The default SSD model for `logical` bytes. Erase blocks keep their default size (64 pages
-/// of 32 KiB) when each die still has at least 24 of them, and shrink (to at least 4 pages)
-/// on smaller simulated SSDs so that garbage collection keeps enough blocks to choose from.
+/// The default SSD model for `logical` bytes (see [`SimConfig::for_logical_bytes`]), in
+/// virtual time with `dilation` or in real time.
 pub fn sim_config(logical: u64, virtual_time: bool, dilation: u64) -> SimConfig {
-    let d = SimConfig::default();
-    let dies = (d.channels * d.dies_per_channel) as u64;
-    let per_die_pages = logical * 107 / 100 / dies / d.page_bytes as u64;
-    let ppb = (per_die_pages / 24).clamp(4, d.pages_per_block as u64);
-    let ppb = 1u32 << (63 - ppb.leading_zeros());
-    let time_dilation = if virtual_time { dilation } else { 1 };
     SimConfig {
-        logical_bytes: logical,
-        pages_per_block: ppb,
-        time_dilation,
-        ..d
+        time_dilation: if virtual_time { dilation } else { 1 },
+        ..SimConfig::for_logical_bytes(logical)
     }
 }
 

@@ -97,6 +97,24 @@ impl Default for SimConfig {
     }
 }
 
+impl SimConfig {
+    /// The default model for `logical` bytes. Erase blocks keep their default size (64 pages
+    /// of 32 KiB) when each die still has at least 24 of them, and shrink (to at least 4 pages)
+    /// on smaller simulated SSDs so that garbage collection keeps enough blocks to choose from.
+    pub fn for_logical_bytes(logical: u64) -> SimConfig {
+        let d = SimConfig::default();
+        let dies = (d.channels * d.dies_per_channel) as u64;
+        let per_die_pages = logical * 107 / 100 / dies / d.page_bytes as u64;
+        let ppb = (per_die_pages / 24).clamp(4, d.pages_per_block as u64);
+        let ppb = 1u32 << (63 - ppb.leading_zeros());
+        SimConfig {
+            logical_bytes: logical,
+            pages_per_block: ppb,
+            ..d
+        }
+    }
+}
+
 /// Counters of the model (for amplification and stall figures).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SimStats {

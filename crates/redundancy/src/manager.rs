@@ -10,7 +10,7 @@ use crate::pack::Packer;
 use futures_util::future::join_all;
 use railstore_device::{Device, ReadRange, StoreMode};
 use railstore_ec::{Code, CodeId, Codec};
-use railstore_placement::{Layout, LayoutSpec, Placement};
+use railstore_placement::{Layout, Placement};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -128,19 +128,7 @@ impl Manager {
                 devices.len()
             )));
         }
-        let rounds = if devices.len() == width {
-            1
-        } else {
-            config.layout_rounds.max(1)
-        };
-        let layout = Layout::new(LayoutSpec {
-            devices: devices.len(),
-            width,
-            rounds,
-            seed: config.layout_seed,
-            version: 1,
-        })
-        .map_err(|e| RedundancyError::Config(e.to_string()))?;
+        let layout = config.layout(devices.len())?;
         let key_max = devices.iter().map(|d| d.limits().key_bytes_max).min();
         let value_max = devices.iter().map(|d| d.limits().value_bytes_max).min();
         let key_bytes_max = key_max.unwrap_or(0).saturating_sub(KEY_OVERHEAD_BYTES);
@@ -408,6 +396,36 @@ impl Manager {
             );
         }
         Ok(true)
+    }
+
+    /// The user keys starting with `prefix` that some healthy device holds a first segment of,
+    /// sorted. A key whose pieces outlived a delete on a device that was away may be listed
+    /// although [`Manager::get`] finds nothing: callers treat `NotFound` as absent.
+    pub async fn keys(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let inner = &self.inner;
+        let device_prefix = segment_key(prefix, 0, 0);
+        let mut keys = std::collections::BTreeSet::new();
+        for d in (0..inner.io.len()).filter(|&d| !inner.io.is_failed(d)) {
+            let mut req = railstore_device::IterRequest {
+                prefix: device_prefix.clone(),
+                start_after: None,
+                entries_max: 4096,
+                with_values: false,
+            };
+            loop {
+                let batch = inner
+                    .io
+                    .iterate(d, &req)
+                    .await
+                    .map_err(|source| RedundancyError::Device { device: d, source })?;
+                keys.extend(batch.entries.iter().map(|e| e.key[1..].to_vec()));
+                if !batch.more {
+                    break;
+                }
+                req.start_after = batch.entries.last().map(|e| e.key.clone());
+            }
+        }
+        Ok(keys.into_iter().collect())
     }
 
     /// The cached metadata of `key`, if the cache holds it.

@@ -3,6 +3,7 @@
 
 use crate::error::{RedundancyError, Result};
 use railstore_ec::CodeId;
+use railstore_placement::{Layout, LayoutSpec};
 use serde::Deserialize;
 use std::fmt;
 use std::time::Duration;
@@ -239,6 +240,26 @@ impl ManagerConfig {
             .max()
             .unwrap_or(1);
         self.layout_width.unwrap_or(widest)
+    }
+
+    /// The placement layout of `devices` devices under this configuration: what
+    /// [`crate::Manager::open`] uses, so callers (read/write separation) can learn the colours
+    /// before opening it.
+    pub fn layout(&self, devices: usize) -> Result<Layout> {
+        let width = self.width();
+        let rounds = if devices == width {
+            1
+        } else {
+            self.layout_rounds.max(1)
+        };
+        Layout::new(LayoutSpec {
+            devices,
+            width,
+            rounds,
+            seed: self.layout_seed,
+            version: 1,
+        })
+        .map_err(|e| RedundancyError::Config(e.to_string()))
     }
 
     /// Parses the TOML configuration (see `docs/redundancy.md`):

@@ -1,0 +1,363 @@
+//! The store's configuration: which devices, which redundancy, whether and how reads and writes
+//! are separated, and how objects are cut. [`StoreConfig::default`] is the embedded default;
+//! [`StoreConfig::from_toml`] reads the file `railstore init` writes ([`EXAMPLE_TOML`]).
+
+use crate::error::{Result, StoreError};
+use railstore_redundancy::{ManagerConfig, Mechanism, Policy};
+use serde::Deserialize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What each device is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceKind {
+    /// The log-structured `file` device: a folder, a file or a block device.
+    File,
+    /// A simulated SSD (real-time clock) keeping its data in a `file` device, so its
+    /// garbage-collection stalls show up and separation can be watched on one disk.
+    Sim,
+    /// Memory only: everything is lost at exit (tests, demos).
+    Mem,
+}
+
+/// The devices of the array.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DevicesConfig {
+    /// What each device is.
+    pub kind: DeviceKind,
+    /// How many (ignored when `paths` is given).
+    pub count: usize,
+    /// Files or block devices to use instead of folders under `data_dir/devices`.
+    pub paths: Vec<PathBuf>,
+    /// Bytes each device may hold.
+    pub capacity_bytes: u64,
+    /// O_DIRECT for `file` devices (falls back to buffered I/O where refused).
+    pub direct_io: bool,
+}
+
+/// Read/write separation (see `rails`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SeparationConfig {
+    /// Frame length T.
+    pub frame: Duration,
+    /// Colours serving reads at once (at least the k of the widest erasure code).
+    pub window: usize,
+    /// How long before joining the window a device stops taking writes.
+    pub guard: Duration,
+    /// Bound of each device's write buffer.
+    pub write_buffer_bytes_max: u64,
+    /// Write to a reader when its buffer is full instead of making writers wait.
+    pub partial_when_full: bool,
+}
+
+/// Everything `Store::open` needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoreConfig {
+    /// The data folder: devices (unless `paths` say otherwise), the layout, the credentials.
+    pub data_dir: PathBuf,
+    /// The devices.
+    pub devices: DevicesConfig,
+    /// Mechanisms and layout (the `redundancy` crate's configuration).
+    pub manager: ManagerConfig,
+    /// Read/write separation; `None` runs without it.
+    pub separation: Option<SeparationConfig>,
+    /// Bodies up to this size are stored inside the object's record: one manager object per
+    /// S3 object. Larger bodies are cut into chunks.
+    pub inline_bytes_max: u64,
+    /// Size of the chunks larger bodies are cut into (each a manager object).
+    pub chunk_bytes: u64,
+    /// Smallest multipart part other than the last (S3: 5 MiB).
+    pub part_bytes_min: u64,
+    /// Largest object (S3: 5 TiB).
+    pub object_bytes_max: u64,
+}
+
+/// The data folder when none is given.
+pub const DEFAULT_DATA_DIR: &str = "./railstore-data";
+
+impl Default for StoreConfig {
+    /// The embedded default: 6 `file` devices in `./railstore-data`, RS(3,3) with read/write
+    /// separation (3 of 6 colours read), hybrid policy: rep3 up to 4 KiB, pack3+3 up to 64 KiB,
+    /// split3+3 above (`docs/store.md` says why).
+    fn default() -> Self {
+        let mech = |s| Mechanism::parse(s).expect("a valid mechanism");
+        StoreConfig {
+            data_dir: PathBuf::from(DEFAULT_DATA_DIR),
+            devices: DevicesConfig {
+                kind: DeviceKind::File,
+                count: 6,
+                paths: Vec::new(),
+                capacity_bytes: 16 << 30,
+                direct_io: true,
+            },
+            manager: ManagerConfig {
+                policy: Policy::Hybrid {
+                    rules: vec![(4 << 10, mech("rep3")), (64 << 10, mech("pack3+3"))],
+                    rest: mech("split3+3"),
+                },
+                ..ManagerConfig::default()
+            },
+            separation: Some(SeparationConfig {
+                frame: Duration::from_secs(2),
+                window: 3,
+                guard: Duration::from_millis(50),
+                write_buffer_bytes_max: 256 << 20,
+                partial_when_full: false,
+            }),
+            inline_bytes_max: 64 << 10,
+            chunk_bytes: 8 << 20,
+            part_bytes_min: 5 << 20,
+            object_bytes_max: 5 << 40,
+        }
+    }
+}
+
+/// The commented configuration `railstore init` writes; every value is the default.
+pub const EXAMPLE_TOML: &str = r#"# railstore configuration. Every value shown is the default; delete what you do not change.
+
+# The data folder: devices (unless [devices].paths names others), the placement layout and
+# the access keys.
+data_dir = "./railstore-data"
+
+[server]
+# Where the S3 endpoint listens.
+listen = "127.0.0.1:9000"
+# Region the S3 endpoint answers for (clients sign requests for it).
+region = "us-east-1"
+# Access key pair; when absent, one is generated at first start and kept in
+# <data_dir>/credentials.toml.
+# access_key = "..."
+# secret_key = "..."
+
+[devices]
+# file: log-structured devices (folders under <data_dir>/devices, or the paths below);
+# sim: simulated SSDs that keep their data in file devices, to watch separation at work;
+# mem: memory only, lost at exit.
+kind = "file"
+count = 6
+# paths = ["/dev/nvme1n1", "/dev/nvme2n1"]   # files or block devices instead of folders
+capacity_bytes = 17179869184
+direct_io = true
+
+[redundancy]
+# standalone (one mechanism: mechanism = "split3+3") or hybrid (by object size).
+# Mechanisms: hash, rep<r>, split<k>+<m>, pack<k>+<m> (append :vandermonde for that code).
+mode = "hybrid"
+pack_wait_ms = 2
+[[redundancy.hybrid]]
+max_bytes = 4096
+mechanism = "rep3"
+[[redundancy.hybrid]]
+max_bytes = 65536
+mechanism = "pack3+3"
+[[redundancy.hybrid]]
+mechanism = "split3+3"
+
+[separation]
+# Read/write separation (Flash on Rails / eRails): at any time `window` colours serve reads
+# and the others take writes; the window moves by one colour every frame.
+enabled = true
+frame_ms = 2000
+window = 3
+guard_ms = 50
+write_buffer_bytes_max = 268435456
+# Write to a reader when its buffer is full instead of making writers wait.
+partial_when_full = false
+
+[objects]
+# Bodies up to this size live in the object's record; larger ones are cut into chunks.
+inline_bytes_max = 65536
+chunk_bytes = 8388608
+# Smallest multipart part other than the last.
+part_bytes_min = 5242880
+object_bytes_max = 5497558138880
+"#;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    data_dir: Option<PathBuf>,
+    devices: Option<DevicesSection>,
+    redundancy: Option<toml::Table>,
+    separation: Option<SeparationSection>,
+    objects: Option<ObjectsSection>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DevicesSection {
+    kind: Option<DeviceKind>,
+    count: Option<usize>,
+    paths: Option<Vec<PathBuf>>,
+    capacity_bytes: Option<u64>,
+    direct_io: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SeparationSection {
+    enabled: Option<bool>,
+    frame_ms: Option<u64>,
+    window: Option<usize>,
+    guard_ms: Option<u64>,
+    write_buffer_bytes_max: Option<u64>,
+    partial_when_full: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ObjectsSection {
+    inline_bytes_max: Option<u64>,
+    chunk_bytes: Option<u64>,
+    part_bytes_min: Option<u64>,
+    object_bytes_max: Option<u64>,
+}
+
+impl StoreConfig {
+    /// Reads a configuration file's text (without its `[server]` table, which belongs to the
+    /// server: pass it in `table` form via [`StoreConfig::from_table`] if the file has one).
+    pub fn from_toml(text: &str) -> Result<StoreConfig> {
+        let table: toml::Table =
+            toml::from_str(text).map_err(|e| StoreError::Config(e.message().to_string()))?;
+        StoreConfig::from_table(table)
+    }
+
+    /// Reads a parsed configuration; missing values take the defaults.
+    pub fn from_table(table: toml::Table) -> Result<StoreConfig> {
+        let f: FileConfig = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| StoreError::Config(e.message().to_string()))?;
+        let mut c = StoreConfig::default();
+        if let Some(d) = f.data_dir {
+            c.data_dir = d;
+        }
+        if let Some(d) = f.devices {
+            c.devices.kind = d.kind.unwrap_or(c.devices.kind);
+            c.devices.count = d.count.unwrap_or(c.devices.count);
+            c.devices.paths = d.paths.unwrap_or_default();
+            c.devices.capacity_bytes = d.capacity_bytes.unwrap_or(c.devices.capacity_bytes);
+            c.devices.direct_io = d.direct_io.unwrap_or(c.devices.direct_io);
+        }
+        if let Some(r) = f.redundancy {
+            let text = toml::to_string(&r).map_err(|e| StoreError::Config(e.to_string()))?;
+            c.manager = ManagerConfig::from_toml(&text)
+                .map_err(|e| StoreError::Config(format!("[redundancy]: {e}")))?;
+        }
+        if let Some(s) = f.separation {
+            let base = c.separation.expect("the default separates");
+            c.separation = if s.enabled.unwrap_or(true) {
+                Some(SeparationConfig {
+                    frame: s.frame_ms.map_or(base.frame, Duration::from_millis),
+                    window: s.window.unwrap_or(base.window),
+                    guard: s.guard_ms.map_or(base.guard, Duration::from_millis),
+                    write_buffer_bytes_max: s
+                        .write_buffer_bytes_max
+                        .unwrap_or(base.write_buffer_bytes_max),
+                    partial_when_full: s.partial_when_full.unwrap_or(base.partial_when_full),
+                })
+            } else {
+                None
+            };
+        }
+        if let Some(o) = f.objects {
+            c.inline_bytes_max = o.inline_bytes_max.unwrap_or(c.inline_bytes_max);
+            c.chunk_bytes = o.chunk_bytes.unwrap_or(c.chunk_bytes);
+            c.part_bytes_min = o.part_bytes_min.unwrap_or(c.part_bytes_min);
+            c.object_bytes_max = o.object_bytes_max.unwrap_or(c.object_bytes_max);
+        }
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Devices in the array.
+    pub fn device_count(&self) -> usize {
+        if self.devices.paths.is_empty() {
+            self.devices.count
+        } else {
+            self.devices.paths.len()
+        }
+    }
+
+    /// Checks what can be checked without opening anything.
+    pub fn validate(&self) -> Result<()> {
+        let n = self.device_count();
+        let width = self.manager.width();
+        if n < width {
+            return Err(StoreError::Config(format!(
+                "{n} devices; the redundancy configuration needs groups of {width}"
+            )));
+        }
+        if self.chunk_bytes == 0 || self.chunk_bytes > self.manager.object_bytes_max {
+            return Err(StoreError::Config(format!(
+                "chunk_bytes must be 1 to {} (the largest manager object)",
+                self.manager.object_bytes_max
+            )));
+        }
+        if self.inline_bytes_max > self.chunk_bytes {
+            return Err(StoreError::Config(
+                "inline_bytes_max must not exceed chunk_bytes".into(),
+            ));
+        }
+        if let Some(s) = &self.separation {
+            let widest_k = self
+                .manager
+                .policy
+                .mechanisms()
+                .iter()
+                .map(|m| match *m {
+                    Mechanism::Split { k, .. } | Mechanism::Pack { k, .. } => k as usize,
+                    _ => 1,
+                })
+                .max()
+                .unwrap_or(1);
+            if s.window < widest_k || s.window >= width {
+                return Err(StoreError::Config(format!(
+                    "separation window {} must be at least the largest k ({widest_k}) and \
+                     below the group width ({width})",
+                    s.window
+                )));
+            }
+            if s.frame < railstore_rails::ScheduleConfig::FRAME_MIN {
+                return Err(StoreError::Config(format!(
+                    "frame_ms must be at least {}",
+                    railstore_rails::ScheduleConfig::FRAME_MIN.as_millis()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_is_the_default() {
+        let mut table: toml::Table = toml::from_str(EXAMPLE_TOML).unwrap();
+        table.remove("server");
+        assert_eq!(
+            StoreConfig::from_table(table).unwrap(),
+            StoreConfig::default()
+        );
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_their_reason() {
+        let e = StoreConfig::from_toml("[separation]\nwindow = 1\n").unwrap_err();
+        assert!(e.to_string().contains("window 1"), "{e}");
+        let e = StoreConfig::from_toml("[devices]\ncount = 4\n").unwrap_err();
+        assert!(e.to_string().contains("groups of 6"), "{e}");
+        let e = StoreConfig::from_toml("[devices]\ncolour = 4\n").unwrap_err();
+        assert!(e.to_string().contains("colour"), "{e}");
+        let e = StoreConfig::from_toml("[redundancy]\nmode = \"sideways\"\n").unwrap_err();
+        assert!(e.to_string().contains("[redundancy]"), "{e}");
+    }
+
+    #[test]
+    fn separation_can_be_turned_off() {
+        let c = StoreConfig::from_toml("[separation]\nenabled = false\n").unwrap();
+        assert_eq!(c.separation, None);
+    }
+}

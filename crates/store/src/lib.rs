@@ -1,0 +1,27 @@
+//! The store (DESIGN §3.6): buckets and objects over the reliability manager, with read/write
+//! separation below it. [`Store::open`] composes devices, placement, redundancy and rails; the
+//! `s3` crate speaks S3 on top. See `docs/store.md`.
+
+pub mod config;
+mod devices;
+pub mod error;
+mod listing;
+mod load;
+pub mod metrics;
+pub mod multipart;
+mod record;
+mod repair;
+mod store;
+pub mod types;
+
+pub use config::{DeviceKind, DevicesConfig, SeparationConfig, StoreConfig, EXAMPLE_TOML};
+pub use error::{Result, StoreError};
+pub use load::LoadReport;
+pub use metrics::{DeviceStatus, StoreStatus};
+pub use multipart::{multipart_etag, PART_NUMBER_MAX};
+pub use railstore_redundancy::{Mechanism, RepairOptions, RepairProgress, RepairReport};
+pub use store::{check_bucket_name, Store, KEY_BYTES_MAX};
+pub use types::{
+    body_from, collect_body, Body, BucketInfo, GetObject, ListEntry, ListPage, ListQuery,
+    ObjectInfo, PartInfo, PartOptions, PutOptions, RangeSpec, UploadInfo,
+};

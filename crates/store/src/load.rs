@@ -1,0 +1,177 @@
+//! Start-up: the index is rebuilt from the records, interrupted work is finished or undone, and
+//! chunks no record names are deleted.
+
+use crate::error::{Result, StoreError};
+use crate::record::{
+    chunk_id_of, decode, object_key, part_key, upload_key, BucketRecord, Id, Kind, ObjectRecord,
+    UploadRecord, TAG_BUCKET, TAG_CHUNK, TAG_OBJECT, TAG_PART, TAG_UPLOAD,
+};
+use crate::store::{Bucket, Entry, Store, Stored};
+use crate::types::BucketInfo;
+use futures_util::StreamExt;
+use railstore_device::ReadRange;
+use railstore_redundancy::RedundancyError;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A manager key and its value.
+type Record = (Vec<u8>, Vec<u8>);
+
+/// What start-up found.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct LoadReport {
+    /// Buckets.
+    pub buckets: usize,
+    /// Objects.
+    pub objects: usize,
+    /// Multipart uploads in progress.
+    pub uploads: usize,
+    /// Records of deleted buckets or finished uploads removed.
+    pub records_removed: usize,
+    /// Chunks no record named, deleted.
+    pub chunks_removed: usize,
+}
+
+impl Store {
+    /// Reads every record with `tag`; skips keys whose object is gone.
+    async fn records(&self, tag: u8) -> Result<Vec<Record>> {
+        let manager = &self.inner.manager;
+        let keys = manager.keys(&[tag]).await?;
+        let values: Vec<Result<Option<Record>>> = futures_util::stream::iter(keys)
+            .map(|k| async move {
+                match manager.get(&k, ReadRange::ALL).await {
+                    Ok((v, _)) => Ok(Some((k, v))),
+                    Err(RedundancyError::NotFound { .. }) => Ok(None),
+                    Err(e) => Err(e.into()),
+                }
+            })
+            .buffer_unordered(crate::store::LOAD_CONCURRENCY)
+            .collect()
+            .await;
+        let mut out = Vec::with_capacity(values.len());
+        for v in values {
+            if let Some(kv) = v? {
+                out.push(kv);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn remove_record(&self, key: &[u8], report: &mut LoadReport) -> Result<()> {
+        self.inner.manager.delete(key).await?;
+        report.records_removed += 1;
+        Ok(())
+    }
+
+    /// Rebuilds the index from the devices.
+    pub(crate) async fn load(&self) -> Result<LoadReport> {
+        let started = Instant::now();
+        let mut report = LoadReport::default();
+        let mut buckets: BTreeMap<String, Bucket> = BTreeMap::new();
+        let mut by_id: HashMap<u64, String> = HashMap::new();
+        for (_, v) in self.records(TAG_BUCKET).await? {
+            let (rec, _): (BucketRecord, _) = decode(Kind::Bucket, &v)?;
+            by_id.insert(rec.id, rec.name.clone());
+            let info = BucketInfo {
+                name: rec.name.clone(),
+                created: rec.created,
+            };
+            buckets.insert(rec.name, Bucket::new(info, rec.id));
+        }
+        let mut referenced: HashSet<Id> = HashSet::new();
+        for (k, v) in self.records(TAG_OBJECT).await? {
+            let (rec, _): (ObjectRecord, _) = decode(Kind::Object, &v)?;
+            let Some(b) = by_id.get(&rec.bucket_id).and_then(|n| buckets.get_mut(n)) else {
+                self.remove_record(&k, &mut report).await?;
+                continue;
+            };
+            if object_key(rec.bucket_id, &rec.info.key) != k {
+                return Err(StoreError::Corrupt(format!(
+                    "object record of {:?} under another key",
+                    rec.info.key
+                )));
+            }
+            let body = match rec.body {
+                crate::record::BodyRef::Inline => Stored::Inline,
+                crate::record::BodyRef::Chunks(c) => {
+                    referenced.extend(c.iter().map(|c| c.id));
+                    Stored::Chunks(Arc::new(c))
+                }
+            };
+            b.objects.insert(
+                rec.info.key.clone(),
+                Arc::new(Entry {
+                    info: rec.info,
+                    body,
+                    upload_id: rec.upload_id,
+                }),
+            );
+        }
+        // Uploads: drop those of deleted buckets and those whose completion was interrupted
+        // after the object was written (the object names their chunks).
+        let mut uploads: HashMap<String, (String, Arc<crate::multipart::Upload>)> = HashMap::new();
+        for (k, v) in self.records(TAG_UPLOAD).await? {
+            let (rec, _): (UploadRecord, _) = decode(Kind::Upload, &v)?;
+            let bucket = by_id.get(&rec.bucket_id).cloned();
+            let finished = bucket.as_ref().is_some_and(|n| {
+                buckets[n]
+                    .objects
+                    .get(&rec.key)
+                    .is_some_and(|e| e.upload_id.as_deref() == Some(&rec.upload_id))
+            });
+            match (bucket, finished) {
+                (Some(name), false) => {
+                    let Some(u) = Store::upload_from_record(rec) else {
+                        return Err(StoreError::Corrupt("an upload record's id".into()));
+                    };
+                    uploads.insert(u.record.upload_id.clone(), (name, Arc::new(u)));
+                }
+                _ => self.remove_record(&k, &mut report).await?,
+            }
+        }
+        for (k, v) in self.records(TAG_PART).await? {
+            let (upload_id, part) = Store::part_from_record(&v)?;
+            match uploads.get(&upload_id) {
+                Some((_, u)) if part_key(&u.id, part.info.number) == k => {
+                    referenced.extend(part.chunks.iter().map(|c| c.id));
+                    u.parts.lock().unwrap().parts.insert(part.info.number, part);
+                }
+                _ => self.remove_record(&k, &mut report).await?,
+            }
+        }
+        for (id, (bucket, u)) in uploads {
+            debug_assert_eq!(upload_key(&u.id)[1..], u.id);
+            if let Some(b) = buckets.get_mut(&bucket) {
+                b.uploads.insert(id, u);
+                report.uploads += 1;
+            }
+        }
+        // Chunks of interrupted puts, replaced objects and finished uploads.
+        for k in self.inner.manager.keys(&[TAG_CHUNK]).await? {
+            match chunk_id_of(&k) {
+                Some(id) if referenced.contains(&id) => {}
+                _ => {
+                    self.inner.manager.delete(&k).await?;
+                    report.chunks_removed += 1;
+                }
+            }
+        }
+        report.buckets = buckets.len();
+        report.objects = buckets.values().map(|b| b.objects.len()).sum();
+        self.inner.state.write().unwrap().buckets = buckets;
+        if report.records_removed + report.chunks_removed > 0 {
+            self.durable().await?;
+        }
+        tracing::info!(
+            buckets = report.buckets,
+            objects = report.objects,
+            uploads = report.uploads,
+            records_removed = report.records_removed,
+            chunks_removed = report.chunks_removed,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "index loaded"
+        );
+        Ok(report)
+    }
+}

@@ -1,0 +1,305 @@
+//! Counters, the Prometheus text the server exposes at `/metrics`, and the status report
+//! `railstore status` prints.
+
+use crate::store::Store;
+use railstore_rails::Role;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Operation counters.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Objects stored (single and multipart).
+    pub puts: AtomicU64,
+    /// Object reads.
+    pub gets: AtomicU64,
+    /// Object descriptions.
+    pub heads: AtomicU64,
+    /// Object deletes.
+    pub deletes: AtomicU64,
+    /// Listings.
+    pub lists: AtomicU64,
+    /// Multipart parts stored.
+    pub parts: AtomicU64,
+    /// Buckets created.
+    pub buckets_created: AtomicU64,
+    /// Body bytes received.
+    pub bytes_in: AtomicU64,
+    /// Body bytes sent.
+    pub bytes_out: AtomicU64,
+}
+
+/// One device as `railstore status` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeviceStatus {
+    /// Position in the array.
+    pub index: usize,
+    /// Where it lives (`None` for memory).
+    pub path: Option<String>,
+    /// Its colour in the layout.
+    pub colour: usize,
+    /// `reader`, `writer` or `guard` under separation; `none` without.
+    pub role: String,
+    /// Bytes waiting in its separation buffer.
+    pub buffer_bytes: u64,
+    /// Capacity.
+    pub capacity_bytes: u64,
+    /// Bytes in use (live and dead).
+    pub used_bytes: u64,
+    /// Keys it holds.
+    pub keys: u64,
+    /// Serving; false once it failed.
+    pub healthy: bool,
+    /// Why it is not, when it is not.
+    pub error: Option<String>,
+}
+
+/// The whole store as `railstore status` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoreStatus {
+    /// The data folder.
+    pub data_dir: String,
+    /// The policy, e.g. `hybrid: rep3 <= 4096, pack3+3 <= 65536, split3+3`.
+    pub policy: String,
+    /// Separation on.
+    pub separation: bool,
+    /// Devices.
+    pub devices: Vec<DeviceStatus>,
+    /// Buckets.
+    pub buckets: usize,
+    /// Objects.
+    pub objects: u64,
+    /// Bytes of all objects.
+    pub object_bytes: u64,
+    /// Multipart uploads in progress.
+    pub uploads: usize,
+}
+
+fn role_name(r: Role) -> &'static str {
+    match r {
+        Role::Reader => "reader",
+        Role::Writer => "writer",
+        Role::Guard => "guard",
+    }
+}
+
+impl Store {
+    /// The status of the store and each device.
+    pub async fn status(&self) -> StoreStatus {
+        let inner = &self.inner;
+        let snaps = inner.rails.as_ref().map(|r| r.snapshot());
+        let layout = inner.manager.layout();
+        let mut devices = Vec::new();
+        for (i, o) in inner.devices.iter().enumerate() {
+            let info = o.device.info().await;
+            let failed = inner.manager.devices().is_failed(i);
+            let snap = snaps.as_ref().map(|s| s[i].clone());
+            devices.push(DeviceStatus {
+                index: i,
+                path: o.path.as_ref().map(|p| p.display().to_string()),
+                colour: layout.colour_of(i),
+                role: snap
+                    .as_ref()
+                    .map_or("none", |s| role_name(s.role))
+                    .to_string(),
+                buffer_bytes: snap.as_ref().map_or(0, |s| s.buffer_bytes),
+                capacity_bytes: info.as_ref().map_or(0, |i| i.capacity_bytes),
+                used_bytes: info.as_ref().map_or(0, |i| i.used_bytes),
+                keys: info.as_ref().map_or(0, |i| i.key_count),
+                healthy: !failed && info.is_ok(),
+                error: info.err().map(|e| e.to_string()),
+            });
+        }
+        let st = inner.state.read().unwrap();
+        StoreStatus {
+            data_dir: inner.config.data_dir.display().to_string(),
+            policy: policy_text(&inner.manager.config().policy),
+            separation: inner.rails.is_some(),
+            devices,
+            buckets: st.buckets.len(),
+            objects: st.buckets.values().map(|b| b.objects.len() as u64).sum(),
+            object_bytes: st
+                .buckets
+                .values()
+                .flat_map(|b| b.objects.values())
+                .map(|e| e.info.size)
+                .sum(),
+            uploads: st.buckets.values().map(|b| b.uploads.len()).sum(),
+        }
+    }
+
+    /// Everything measurable, in Prometheus text format.
+    pub async fn metrics_text(&self) -> String {
+        let status = self.status().await;
+        let m = &self.inner.metrics;
+        let mut out = String::new();
+        let mut metric = |name: &str, kind: &str, help: &str, samples: &[(String, u64)]| {
+            let _ = writeln!(out, "# HELP railstore_{name} {help}");
+            let _ = writeln!(out, "# TYPE railstore_{name} {kind}");
+            for (labels, v) in samples {
+                let _ = writeln!(out, "railstore_{name}{labels} {v}");
+            }
+        };
+        let one = |v: &AtomicU64| vec![(String::new(), v.load(Ordering::Relaxed))];
+        metric("puts_total", "counter", "Objects stored.", &one(&m.puts));
+        metric("gets_total", "counter", "Object reads.", &one(&m.gets));
+        metric(
+            "heads_total",
+            "counter",
+            "Object descriptions.",
+            &one(&m.heads),
+        );
+        metric(
+            "deletes_total",
+            "counter",
+            "Object deletes.",
+            &one(&m.deletes),
+        );
+        metric("lists_total", "counter", "Listings.", &one(&m.lists));
+        metric(
+            "parts_total",
+            "counter",
+            "Multipart parts stored.",
+            &one(&m.parts),
+        );
+        metric(
+            "received_bytes_total",
+            "counter",
+            "Body bytes received.",
+            &one(&m.bytes_in),
+        );
+        metric(
+            "sent_bytes_total",
+            "counter",
+            "Body bytes sent.",
+            &one(&m.bytes_out),
+        );
+        metric(
+            "buckets",
+            "gauge",
+            "Buckets.",
+            &[(String::new(), status.buckets as u64)],
+        );
+        metric(
+            "objects",
+            "gauge",
+            "Objects.",
+            &[(String::new(), status.objects)],
+        );
+        metric(
+            "object_bytes",
+            "gauge",
+            "Bytes of all objects.",
+            &[(String::new(), status.object_bytes)],
+        );
+        let io = &self.inner.manager.devices().counters;
+        metric(
+            "device_stores_total",
+            "counter",
+            "Pieces stored on devices.",
+            &one(&io.stores),
+        );
+        metric(
+            "device_retrieves_total",
+            "counter",
+            "Pieces read from devices.",
+            &one(&io.retrieves),
+        );
+        metric(
+            "decodes_total",
+            "counter",
+            "Reads that decoded from parity.",
+            &one(&io.decodes),
+        );
+        metric(
+            "repairs_total",
+            "counter",
+            "Pieces rewritten by repair.",
+            &one(&io.repairs),
+        );
+        let per_device = |f: &dyn Fn(&DeviceStatus) -> u64| -> Vec<(String, u64)> {
+            status
+                .devices
+                .iter()
+                .map(|d| {
+                    (
+                        format!("{{device=\"{}\",role=\"{}\"}}", d.index, d.role),
+                        f(d),
+                    )
+                })
+                .collect()
+        };
+        metric(
+            "device_healthy",
+            "gauge",
+            "1 while the device serves.",
+            &per_device(&|d| d.healthy as u64),
+        );
+        metric(
+            "device_buffer_bytes",
+            "gauge",
+            "Bytes waiting in the separation buffer.",
+            &per_device(&|d| d.buffer_bytes),
+        );
+        metric(
+            "device_used_bytes",
+            "gauge",
+            "Bytes in use on the device.",
+            &per_device(&|d| d.used_bytes),
+        );
+        metric(
+            "device_capacity_bytes",
+            "gauge",
+            "Device capacity.",
+            &per_device(&|d| d.capacity_bytes),
+        );
+        if let Some(r) = &self.inner.rails {
+            let c = |f: &dyn Fn(usize) -> u64| -> Vec<(String, u64)> {
+                (0..status.devices.len())
+                    .map(|d| (format!("{{device=\"{d}\"}}"), f(d)))
+                    .collect()
+            };
+            metric(
+                "rails_buffered_ops_total",
+                "counter",
+                "Writes buffered for a reader.",
+                &c(&|d| r.counters(d).buffered_ops.load(Ordering::Relaxed)),
+            );
+            metric(
+                "rails_direct_ops_total",
+                "counter",
+                "Writes sent straight to a writer.",
+                &c(&|d| r.counters(d).direct_ops.load(Ordering::Relaxed)),
+            );
+            metric(
+                "rails_flushed_ops_total",
+                "counter",
+                "Buffered writes flushed.",
+                &c(&|d| r.counters(d).flushed_ops.load(Ordering::Relaxed)),
+            );
+            metric(
+                "rails_partial_ops_total",
+                "counter",
+                "Writes sent to a reader whose buffer was full.",
+                &c(&|d| r.counters(d).partial_ops.load(Ordering::Relaxed)),
+            );
+        }
+        out
+    }
+}
+
+/// A policy in words.
+pub fn policy_text(p: &railstore_redundancy::Policy) -> String {
+    match p {
+        railstore_redundancy::Policy::Standalone(m) => format!("standalone: {m}"),
+        railstore_redundancy::Policy::Hybrid { rules, rest } => {
+            let mut s = String::from("hybrid: ");
+            for (max, m) in rules {
+                let _ = write!(s, "{m} <= {max} B, ");
+            }
+            let _ = write!(s, "{rest} above");
+            s
+        }
+    }
+}

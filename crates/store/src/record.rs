@@ -1,0 +1,249 @@
+//! What the store keeps in the reliability manager, and under which keys.
+//!
+//! | manager key | value |
+//! |---|---|
+//! | `B` + bucket name | bucket record |
+//! | `K` + bucket id (u64 BE) + SHA-256(object key) | object record (+ the body when inline) |
+//! | `D` + chunk id (16 bytes) | a chunk of a body |
+//! | `U` + upload id (16 bytes) | multipart upload record |
+//! | `P` + upload id + part number (u32 BE) | part record |
+//!
+//! A record is `RSR1`, a kind byte, the metadata length (u32 LE), the metadata as JSON, then,
+//! for an inline object, the body. The manager checksums every piece, so no CRC here.
+//! Object keys are hashed because S3 keys (up to 1024 bytes) outgrow the manager's keys; the
+//! record carries the full key.
+
+use crate::error::{Result, StoreError};
+use crate::types::{unix_nanos, ObjectInfo, PartInfo};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+const MAGIC: &[u8; 4] = b"RSR1";
+const HEAD_BYTES: usize = 9;
+
+/// Record kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Kind {
+    Bucket = 1,
+    Object = 2,
+    Upload = 3,
+    Part = 4,
+}
+
+pub(crate) const TAG_BUCKET: u8 = b'B';
+pub(crate) const TAG_OBJECT: u8 = b'K';
+pub(crate) const TAG_CHUNK: u8 = b'D';
+pub(crate) const TAG_UPLOAD: u8 = b'U';
+pub(crate) const TAG_PART: u8 = b'P';
+
+/// 16 random bytes naming a chunk or an upload.
+pub(crate) type Id = [u8; 16];
+
+pub(crate) fn new_id() -> Id {
+    rand::random()
+}
+
+pub(crate) fn bucket_key(name: &str) -> Vec<u8> {
+    [&[TAG_BUCKET], name.as_bytes()].concat()
+}
+
+pub(crate) fn object_key(bucket_id: u64, key: &str) -> Vec<u8> {
+    let digest = Sha256::digest(key.as_bytes());
+    [&[TAG_OBJECT][..], &bucket_id.to_be_bytes(), &digest].concat()
+}
+
+pub(crate) fn chunk_key(id: &Id) -> Vec<u8> {
+    [&[TAG_CHUNK][..], id].concat()
+}
+
+pub(crate) fn upload_key(id: &Id) -> Vec<u8> {
+    [&[TAG_UPLOAD][..], id].concat()
+}
+
+pub(crate) fn part_key(upload: &Id, part: u32) -> Vec<u8> {
+    [&[TAG_PART][..], upload, &part.to_be_bytes()].concat()
+}
+
+/// The chunk id of a `D` key.
+pub(crate) fn chunk_id_of(key: &[u8]) -> Option<Id> {
+    key.strip_prefix(&[TAG_CHUNK])?.try_into().ok()
+}
+
+/// Upload ids travel as 32 hex digits.
+pub(crate) fn parse_upload_id(s: &str) -> Option<Id> {
+    let mut id = [0u8; 16];
+    hex::decode_to_slice(s, &mut id).ok()?;
+    Some(id)
+}
+
+/// One chunk of a body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ChunkRef {
+    #[serde(with = "hex_id")]
+    pub id: Id,
+    pub len: u64,
+}
+
+/// Where an object's bytes are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum BodyRef {
+    /// After the metadata, in the record itself.
+    Inline,
+    /// In these chunks, in order.
+    Chunks(Vec<ChunkRef>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct BucketRecord {
+    pub name: String,
+    pub id: u64,
+    #[serde(with = "unix_nanos")]
+    pub created: SystemTime,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ObjectRecord {
+    pub bucket_id: u64,
+    pub info: ObjectInfo,
+    pub body: BodyRef,
+    /// The multipart upload that made it, so a repeated completion can be recognised.
+    pub upload_id: Option<String>,
+}
+
+/// What an upload stores for the object it will make.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StoredOptions {
+    pub content_type: Option<String>,
+    pub user_metadata: BTreeMap<String, String>,
+    pub headers: BTreeMap<String, String>,
+    pub mechanism: Option<String>,
+    pub checksum_algorithm: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct UploadRecord {
+    pub bucket_id: u64,
+    pub key: String,
+    pub upload_id: String,
+    #[serde(with = "unix_nanos")]
+    pub initiated: SystemTime,
+    pub options: StoredOptions,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct PartRecord {
+    pub upload_id: String,
+    pub part: PartInfo,
+    pub chunks: Vec<ChunkRef>,
+    /// Mechanism of its chunks.
+    pub mechanism: String,
+}
+
+/// Encodes a record: header, metadata, then `body` (empty unless an inline object).
+pub(crate) fn encode<T: Serialize>(kind: Kind, meta: &T, body: &[u8]) -> Vec<u8> {
+    let json = serde_json::to_vec(meta).expect("records serialise");
+    let mut out = Vec::with_capacity(HEAD_BYTES + json.len() + body.len());
+    out.extend_from_slice(MAGIC);
+    out.push(kind as u8);
+    out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    out.extend_from_slice(&json);
+    out.extend_from_slice(body);
+    out
+}
+
+/// Decodes a record of `kind`; returns the metadata and the bytes after it.
+pub(crate) fn decode<T: for<'de> Deserialize<'de>>(kind: Kind, bytes: &[u8]) -> Result<(T, &[u8])> {
+    let bad = |why: &str| StoreError::Corrupt(format!("{kind:?} record: {why}"));
+    if bytes.len() < HEAD_BYTES || &bytes[..4] != MAGIC {
+        return Err(bad("no RSR1 header"));
+    }
+    if bytes[4] != kind as u8 {
+        return Err(bad(&format!("kind byte {}", bytes[4])));
+    }
+    let len = u32::from_le_bytes(bytes[5..9].try_into().unwrap()) as usize;
+    let json = bytes
+        .get(HEAD_BYTES..HEAD_BYTES + len)
+        .ok_or_else(|| bad("metadata runs past the end"))?;
+    let meta = serde_json::from_slice(json).map_err(|e| bad(&e.to_string()))?;
+    Ok((meta, &bytes[HEAD_BYTES + len..]))
+}
+
+mod hex_id {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(id: &[u8; 16], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&hex::encode(id))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 16], D::Error> {
+        let s = String::deserialize(d)?;
+        let mut id = [0u8; 16];
+        hex::decode_to_slice(&s, &mut id).map_err(serde::de::Error::custom)?;
+        Ok(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info() -> ObjectInfo {
+        ObjectInfo {
+            key: "a/b".into(),
+            size: 3,
+            etag: "x".into(),
+            last_modified: SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(12345),
+            content_type: Some("text/plain".into()),
+            user_metadata: [("k".to_string(), "v".to_string())].into(),
+            headers: BTreeMap::new(),
+            checksums: BTreeMap::new(),
+            mechanism: "rep3".into(),
+            parts: 0,
+        }
+    }
+
+    #[test]
+    fn records_round_trip_with_their_body() {
+        let rec = ObjectRecord {
+            bucket_id: 7,
+            info: info(),
+            body: BodyRef::Chunks(vec![ChunkRef {
+                id: [9; 16],
+                len: 5,
+            }]),
+            upload_id: None,
+        };
+        let bytes = encode(Kind::Object, &rec, b"abc");
+        let (back, body): (ObjectRecord, _) = decode(Kind::Object, &bytes).unwrap();
+        assert_eq!(back, rec);
+        assert_eq!(body, b"abc");
+    }
+
+    #[test]
+    fn damaged_records_are_refused() {
+        let bytes = encode(Kind::Object, &info(), b"");
+        assert!(decode::<ObjectInfo>(Kind::Bucket, &bytes).is_err());
+        assert!(decode::<ObjectInfo>(Kind::Object, &bytes[..bytes.len() - 2]).is_err());
+        let mut bad = bytes.clone();
+        bad[0] = b'X';
+        assert!(decode::<ObjectInfo>(Kind::Object, &bad).is_err());
+        let mut long = bytes.clone();
+        long[5] = 0xff;
+        assert!(decode::<ObjectInfo>(Kind::Object, &long).is_err());
+    }
+
+    #[test]
+    fn keys_fit_the_manager_and_do_not_collide_across_buckets() {
+        let long = "k".repeat(1024);
+        assert_eq!(object_key(1, &long).len(), 41);
+        assert_ne!(object_key(1, "a"), object_key(2, "a"));
+        let id = new_id();
+        assert_eq!(chunk_id_of(&chunk_key(&id)), Some(id));
+        assert_eq!(parse_upload_id(&hex::encode(id)), Some(id));
+        assert_eq!(parse_upload_id("zz"), None);
+    }
+}

@@ -1,0 +1,49 @@
+//! Scrub and rebuild through the store: the reliability manager does the work; the store opens
+//! the array the way the repair needs it.
+
+use crate::config::StoreConfig;
+use crate::error::{Result, StoreError};
+use crate::store::Store;
+use railstore_redundancy::{RepairOptions, RepairProgress, RepairReport};
+use std::sync::Arc;
+
+impl Store {
+    /// Verifies every object and set, repairs what is wrong and rolls interrupted writes
+    /// forward or back (run after an unclean shutdown; safe while serving).
+    pub async fn scrub(
+        &self,
+        options: RepairOptions,
+        progress: Arc<RepairProgress>,
+    ) -> Result<RepairReport> {
+        Ok(self.inner.manager.scrub(options, progress).await?)
+    }
+
+    /// Rebuilds device `device` of a stopped store onto an empty device at its place: its old
+    /// contents (if any) are moved aside, then every object and set that had a piece on it is
+    /// restored from the others. Runs without separation (the store is offline), then shuts
+    /// down cleanly.
+    pub async fn rebuild_offline(
+        mut config: StoreConfig,
+        device: usize,
+        options: RepairOptions,
+        progress: Arc<RepairProgress>,
+    ) -> Result<RepairReport> {
+        if device >= config.device_count() {
+            return Err(StoreError::InvalidArgument(format!(
+                "device {device}: the array has {} (0 to {})",
+                config.device_count(),
+                config.device_count() - 1
+            )));
+        }
+        config.separation = None;
+        let store = Store::open_array(config, Some(device)).await?;
+        let replacement = store.inner.devices[device].device.clone();
+        let report = store
+            .inner
+            .manager
+            .rebuild(device, replacement, options, progress)
+            .await?;
+        store.shutdown().await?;
+        Ok(report)
+    }
+}

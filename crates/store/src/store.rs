@@ -1,0 +1,1008 @@
+//! The store: buckets and objects over the reliability manager.
+//!
+//! Every S3 object is one *record* in the manager (its metadata, and its body when small); a
+//! larger body is cut into *chunks*, each a manager object of its own, written and made durable
+//! before the record that names them. The manager writes one key atomically (the old version
+//! whole or the new one whole), so a crash never leaves an object half-replaced; chunks no
+//! record names are deleted at the next start. An in-memory index of every object's metadata
+//! answers HEAD and listings and is rebuilt from the records at start-up.
+//!
+//! Durability: a put, delete or multipart step returns after a manager sync that covers it
+//! (group commit: concurrent operations share one sync). With read/write separation, what a
+//! sync makes durable is what `rails` documents for its configuration.
+
+use crate::config::StoreConfig;
+use crate::devices::{device_path, open_device, Opened};
+use crate::error::{Result, StoreError};
+use crate::listing;
+use crate::metrics::Metrics;
+use crate::record::{
+    self, bucket_key, chunk_key, decode, encode, object_key, BodyRef, BucketRecord, ChunkRef, Kind,
+    ObjectRecord,
+};
+use crate::types::{
+    Body, BucketInfo, GetObject, ListEntry, ListPage, ListQuery, ObjectInfo, PutOptions, RangeSpec,
+};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use md5::{Digest, Md5};
+use railstore_device::{ReadRange, StoreMode};
+use railstore_rails::{Rails, RailsConfig, ScheduleConfig};
+use railstore_redundancy::{Manager, Mechanism, RedundancyError};
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime};
+
+/// Longest object key (S3's limit).
+pub const KEY_BYTES_MAX: usize = 1024;
+/// Stripes of the per-record lock table.
+const RECORD_LOCK_STRIPES: usize = 1024;
+/// Bytes one read of a chunk fetches at a time.
+const READ_PIECE_BYTES: u64 = 4 << 20;
+/// Records read at once while loading the index.
+pub(crate) const LOAD_CONCURRENCY: usize = 32;
+/// The file in the data folder that says the last shutdown was clean.
+const CLEAN_MARKER: &str = "clean-shutdown";
+
+/// An object as the index knows it.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub info: ObjectInfo,
+    pub body: Stored,
+    pub upload_id: Option<String>,
+}
+
+/// Where an indexed object's body is.
+#[derive(Debug, Clone)]
+pub(crate) enum Stored {
+    /// In its record.
+    Inline,
+    /// In chunks; readers hold a clone while they stream, and the chunks are deleted only once
+    /// nobody does.
+    Chunks(Arc<Vec<ChunkRef>>),
+}
+
+impl Stored {
+    fn from_ref(b: BodyRef) -> Stored {
+        match b {
+            BodyRef::Inline => Stored::Inline,
+            BodyRef::Chunks(c) => Stored::Chunks(Arc::new(c)),
+        }
+    }
+}
+
+pub(crate) struct Bucket {
+    pub info: BucketInfo,
+    pub id: u64,
+    pub objects: BTreeMap<String, Arc<Entry>>,
+    pub uploads: BTreeMap<String, Arc<crate::multipart::Upload>>,
+    /// Being deleted: takes no new objects.
+    pub deleting: bool,
+}
+
+impl Bucket {
+    pub(crate) fn new(info: BucketInfo, id: u64) -> Bucket {
+        Bucket {
+            info,
+            id,
+            objects: BTreeMap::new(),
+            uploads: BTreeMap::new(),
+            deleting: false,
+        }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct State {
+    pub buckets: BTreeMap<String, Bucket>,
+}
+
+impl State {
+    /// The bucket named `name`, unless it is missing or being deleted.
+    pub(crate) fn bucket(&self, name: &str) -> Result<&Bucket> {
+        self.buckets
+            .get(name)
+            .filter(|b| !b.deleting)
+            .ok_or_else(|| StoreError::NoSuchBucket(name.to_string()))
+    }
+}
+
+/// Makes writes durable in groups: a caller takes a ticket after its writes returned; whoever
+/// syncs next covers every ticket taken before its sync began.
+#[derive(Default)]
+struct Committer {
+    requested: AtomicU64,
+    done: AtomicU64,
+    lock: tokio::sync::Mutex<()>,
+}
+
+impl Committer {
+    async fn sync(&self, manager: &Manager) -> Result<()> {
+        let ticket = self.requested.fetch_add(1, Ordering::SeqCst) + 1;
+        let _turn = self.lock.lock().await;
+        if self.done.load(Ordering::SeqCst) >= ticket {
+            return Ok(());
+        }
+        let upto = self.requested.load(Ordering::SeqCst);
+        manager.sync().await?;
+        self.done.fetch_max(upto, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// A body written to the manager but not yet named by a record.
+pub(crate) struct WrittenBody {
+    pub size: u64,
+    pub md5: [u8; 16],
+    /// The body itself when it fits in the record.
+    pub inline: Option<Vec<u8>>,
+    pub chunks: Vec<ChunkRef>,
+    pub mechanism: Mechanism,
+}
+
+pub(crate) struct Inner {
+    pub config: StoreConfig,
+    pub manager: Manager,
+    pub rails: Option<Arc<Rails>>,
+    pub devices: Vec<Opened>,
+    pub state: RwLock<State>,
+    locks: Vec<tokio::sync::Mutex<()>>,
+    bucket_ops: tokio::sync::Mutex<()>,
+    committer: Committer,
+    /// Chunk lists no record names any more, deleted once no reader holds them.
+    garbage: Mutex<Vec<Arc<Vec<ChunkRef>>>>,
+    pub metrics: Metrics,
+    closing: AtomicBool,
+    closed: AtomicBool,
+    /// Holds the data folder's lock for the store's lifetime.
+    _lock_file: Option<File>,
+    /// The last shutdown was not clean: scrub before trusting every piece.
+    pub unclean_start: bool,
+}
+
+/// The store. Cheap to clone; clones share everything.
+#[derive(Clone)]
+pub struct Store {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("data_dir", &self.inner.config.data_dir)
+            .field("devices", &self.inner.devices.len())
+            .finish()
+    }
+}
+
+fn now() -> SystemTime {
+    SystemTime::now()
+}
+
+/// S3's bucket naming rules (the general-purpose ones).
+pub fn check_bucket_name(name: &str) -> Result<()> {
+    let bad = |why| {
+        Err(StoreError::InvalidBucketName {
+            name: name.to_string(),
+            why,
+        })
+    };
+    if !(3..=63).contains(&name.len()) {
+        return bad("names take 3 to 63 characters");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+    {
+        return bad("only lower-case letters, digits, dots and hyphens");
+    }
+    let edge = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    if !edge(name.as_bytes()[0]) || !edge(name.as_bytes()[name.len() - 1]) {
+        return bad("names begin and end with a letter or digit");
+    }
+    if name.contains("..") {
+        return bad("no two adjacent dots");
+    }
+    if name.parse::<std::net::Ipv4Addr>().is_ok() {
+        return bad("not an IP address");
+    }
+    Ok(())
+}
+
+fn check_key(key: &str) -> Result<()> {
+    if key.is_empty() || key.len() > KEY_BYTES_MAX {
+        return Err(StoreError::KeyLength {
+            len: key.len(),
+            max: KEY_BYTES_MAX,
+        });
+    }
+    Ok(())
+}
+
+impl Store {
+    /// Opens (or creates) the store the configuration describes: opens the devices, starts
+    /// read/write separation, opens the reliability manager and loads the index. Refuses a data
+    /// folder another process holds, or one made with a different layout.
+    pub async fn open(config: StoreConfig) -> Result<Store> {
+        let store = Store::open_array(config, None).await?;
+        store.load().await?;
+        let weak = Arc::downgrade(&store.inner);
+        tokio::spawn(reaper(weak));
+        Ok(store)
+    }
+
+    /// Opens the devices, separation and the manager, without loading the index. With
+    /// `fresh`, device `fresh` starts empty (its old contents moved aside) for a rebuild.
+    pub(crate) async fn open_array(config: StoreConfig, fresh: Option<usize>) -> Result<Store> {
+        config.validate()?;
+        let n = config.device_count();
+        let lock_file = if config.devices.kind == crate::DeviceKind::Mem {
+            None
+        } else {
+            Some(lock_data_dir(&config)?)
+        };
+        let data_dir = &config.data_dir;
+        let marker = data_dir.join(CLEAN_MARKER);
+        let layout = config.manager.layout(n)?;
+        let layout_file = data_dir.join("layout");
+        let mut existed = false;
+        if lock_file.is_some() {
+            if layout_file.exists() {
+                existed = true;
+                let saved = std::fs::read_to_string(&layout_file)
+                    .map_err(|e| StoreError::io(format!("reading {}", layout_file.display()), e))?;
+                if saved.trim() != layout.encode().trim() {
+                    return Err(StoreError::Config(format!(
+                        "the data folder {} was made with another layout (device count, group \
+                         width or seed); its layout is in {}",
+                        data_dir.display(),
+                        layout_file.display()
+                    )));
+                }
+            } else {
+                std::fs::write(&layout_file, layout.encode())
+                    .map_err(|e| StoreError::io(format!("writing {}", layout_file.display()), e))?;
+            }
+        }
+        let unclean_start = existed && !marker.exists();
+        if marker.exists() {
+            std::fs::remove_file(&marker)
+                .map_err(|e| StoreError::io(format!("removing {}", marker.display()), e))?;
+        }
+        if let Some(d) = fresh {
+            let path = device_path(&config, d);
+            if path.exists() {
+                let aside = path.with_extension(format!(
+                    "replaced-{}",
+                    crate::types::unix_nanos::to_nanos(now()) / 1_000_000_000
+                ));
+                std::fs::rename(&path, &aside)
+                    .map_err(|e| StoreError::io(format!("moving {} aside", path.display()), e))?;
+                tracing::info!(device = d, aside = %aside.display(), "old device contents moved aside");
+            }
+        }
+        let mut devices = Vec::with_capacity(n);
+        for i in 0..n {
+            devices.push(open_device(&config, i)?);
+        }
+        let raw = devices.iter().map(|o| o.device.clone()).collect();
+        let (rails, wrapped) = match &config.separation {
+            Some(s) => {
+                let colours = layout.width();
+                let colour_of = (0..n).map(|d| layout.colour_of(d)).collect();
+                let rails_cfg = RailsConfig {
+                    write_buffer_bytes_max: s.write_buffer_bytes_max,
+                    partial_when_full: s.partial_when_full,
+                    ..RailsConfig::new(ScheduleConfig {
+                        colours,
+                        frame: s.frame,
+                        window_min: s.window,
+                        window_max: s.window,
+                        guard: s.guard,
+                    })
+                };
+                let (rails, wrapped) = Rails::new(rails_cfg, raw, colour_of)
+                    .map_err(|e| StoreError::Config(format!("separation: {e}")))?;
+                (Some(rails), wrapped)
+            }
+            None => (None, raw),
+        };
+        let manager = Manager::open(wrapped, config.manager.clone()).await?;
+        if let Some(r) = &rails {
+            manager.devices().set_read_plan(r.read_plan());
+        }
+        Ok(Store {
+            inner: Arc::new(Inner {
+                manager,
+                rails,
+                devices,
+                state: RwLock::new(State::default()),
+                locks: (0..RECORD_LOCK_STRIPES)
+                    .map(|_| tokio::sync::Mutex::new(()))
+                    .collect(),
+                bucket_ops: tokio::sync::Mutex::new(()),
+                committer: Committer::default(),
+                garbage: Mutex::new(Vec::new()),
+                metrics: Metrics::default(),
+                closing: AtomicBool::new(false),
+                closed: AtomicBool::new(false),
+                _lock_file: lock_file,
+                unclean_start,
+                config,
+            }),
+        })
+    }
+
+    /// The configuration it runs with.
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.config
+    }
+
+    /// The reliability manager underneath (status, repair).
+    pub fn manager(&self) -> &Manager {
+        &self.inner.manager
+    }
+
+    /// Read/write separation, when on.
+    pub fn rails(&self) -> Option<&Arc<Rails>> {
+        self.inner.rails.as_ref()
+    }
+
+    /// Whether the previous run ended without a clean shutdown (a scrub is advisable).
+    pub fn unclean_start(&self) -> bool {
+        self.inner.unclean_start
+    }
+
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.inner.closing.load(Ordering::SeqCst) {
+            return Err(StoreError::ShuttingDown);
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn lock(&self, record_key: &[u8]) -> tokio::sync::MutexGuard<'_, ()> {
+        let h = railstore_placement::key_hash(record_key, 0x5354_4f52);
+        self.inner.locks[(h % RECORD_LOCK_STRIPES as u64) as usize]
+            .lock()
+            .await
+    }
+
+    pub(crate) async fn durable(&self) -> Result<()> {
+        self.inner.committer.sync(&self.inner.manager).await
+    }
+
+    /// Queues chunks no record names any more; the reaper deletes them once no reader holds
+    /// them.
+    pub(crate) fn discard(&self, chunks: Arc<Vec<ChunkRef>>) {
+        if !chunks.is_empty() {
+            self.inner.garbage.lock().unwrap().push(chunks);
+        }
+    }
+
+    /// Deletes the discarded chunks nobody reads any more (all of them with `all`).
+    pub(crate) async fn reap(&self, all: bool) {
+        let ready: Vec<Arc<Vec<ChunkRef>>> = {
+            let mut g = self.inner.garbage.lock().unwrap();
+            let (ready, keep) = std::mem::take(&mut *g)
+                .into_iter()
+                .partition(|c| all || Arc::strong_count(c) == 1);
+            *g = keep;
+            ready
+        };
+        for list in ready {
+            for c in list.iter() {
+                if let Err(e) = self.inner.manager.delete(&chunk_key(&c.id)).await {
+                    tracing::warn!(error = %e, "deleting an unused chunk; the next start retries");
+                }
+            }
+        }
+    }
+
+    // ---- buckets ----
+
+    /// Creates a bucket; `Ok(false)` when it exists already (S3 lets an owner re-create it).
+    pub async fn create_bucket(&self, name: &str) -> Result<bool> {
+        self.check_open()?;
+        check_bucket_name(name)?;
+        let _ops = self.inner.bucket_ops.lock().await;
+        if self.inner.state.read().unwrap().buckets.contains_key(name) {
+            return Ok(false);
+        }
+        let rec = BucketRecord {
+            name: name.to_string(),
+            id: rand::random::<u64>() | 1,
+            created: now(),
+        };
+        self.inner
+            .manager
+            .put(
+                &bucket_key(name),
+                &encode(Kind::Bucket, &rec, b""),
+                StoreMode::Upsert,
+                None,
+            )
+            .await?;
+        self.durable().await?;
+        let info = BucketInfo {
+            name: rec.name,
+            created: rec.created,
+        };
+        self.inner
+            .state
+            .write()
+            .unwrap()
+            .buckets
+            .insert(name.to_string(), Bucket::new(info, rec.id));
+        self.inner
+            .metrics
+            .buckets_created
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// Deletes an empty bucket (no objects and no multipart uploads in progress).
+    pub async fn delete_bucket(&self, name: &str) -> Result<()> {
+        self.check_open()?;
+        let _ops = self.inner.bucket_ops.lock().await;
+        {
+            let mut st = self.inner.state.write().unwrap();
+            let b = st
+                .buckets
+                .get_mut(name)
+                .ok_or_else(|| StoreError::NoSuchBucket(name.to_string()))?;
+            if !b.objects.is_empty() || !b.uploads.is_empty() {
+                return Err(StoreError::BucketNotEmpty(name.to_string()));
+            }
+            b.deleting = true;
+        }
+        let res = async {
+            self.inner.manager.delete(&bucket_key(name)).await?;
+            self.durable().await
+        }
+        .await;
+        let mut st = self.inner.state.write().unwrap();
+        match res {
+            Ok(()) => {
+                st.buckets.remove(name);
+                Ok(())
+            }
+            Err(e) => {
+                if let Some(b) = st.buckets.get_mut(name) {
+                    b.deleting = false;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The bucket, if it exists.
+    pub fn head_bucket(&self, name: &str) -> Result<BucketInfo> {
+        let st = self.inner.state.read().unwrap();
+        st.bucket(name).map(|b| b.info.clone())
+    }
+
+    /// Every bucket, by name.
+    pub fn list_buckets(&self) -> Vec<BucketInfo> {
+        let st = self.inner.state.read().unwrap();
+        st.buckets
+            .values()
+            .filter(|b| !b.deleting)
+            .map(|b| b.info.clone())
+            .collect()
+    }
+
+    pub(crate) fn bucket_id(&self, name: &str) -> Result<u64> {
+        let st = self.inner.state.read().unwrap();
+        st.bucket(name).map(|b| b.id)
+    }
+
+    // ---- objects ----
+
+    /// Stores an object, replacing any under the same key. Returns once it is durable; a body
+    /// error, a size above the limit or a `Content-MD5` mismatch stores nothing.
+    pub async fn put_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: Body,
+        options: PutOptions,
+    ) -> Result<ObjectInfo> {
+        self.check_open()?;
+        check_key(key)?;
+        let bucket_id = self.bucket_id(bucket)?;
+        let written = self
+            .write_body(body, options.mechanism, self.inner.config.inline_bytes_max)
+            .await?;
+        if let Some(want) = options.content_md5 {
+            if want != written.md5 {
+                self.discard(Arc::new(written.chunks));
+                return Err(StoreError::BadDigest(
+                    "Content-MD5 does not match the body".into(),
+                ));
+            }
+        }
+        let info = ObjectInfo {
+            key: key.to_string(),
+            size: written.size,
+            etag: hex::encode(written.md5),
+            last_modified: now(),
+            content_type: options.content_type,
+            user_metadata: options.user_metadata,
+            headers: options.headers,
+            checksums: options.checksums,
+            mechanism: written.mechanism.to_string(),
+            parts: 0,
+        };
+        if !written.chunks.is_empty() {
+            // The chunks are durable before any record names them.
+            if let Err(e) = self.durable().await {
+                self.discard(Arc::new(written.chunks));
+                return Err(e);
+            }
+        }
+        let rkey = object_key(bucket_id, key);
+        let old = {
+            let _lock = self.lock(&rkey).await;
+            self.install(bucket, bucket_id, &rkey, info.clone(), written, None)
+                .await?
+        };
+        self.durable().await?;
+        if let Some(Stored::Chunks(c)) = old.map(|o| o.body.clone()) {
+            self.discard(c);
+        }
+        self.inner.metrics.puts.fetch_add(1, Ordering::Relaxed);
+        self.inner
+            .metrics
+            .bytes_in
+            .fetch_add(info.size, Ordering::Relaxed);
+        Ok(info)
+    }
+
+    /// Writes the object's record and enters it in the index (the caller holds the record's
+    /// lock and makes it durable). Returns the entry it replaced.
+    pub(crate) async fn install(
+        &self,
+        bucket: &str,
+        bucket_id: u64,
+        rkey: &[u8],
+        info: ObjectInfo,
+        written: WrittenBody,
+        upload_id: Option<String>,
+    ) -> Result<Option<Arc<Entry>>> {
+        let (body_ref, inline_mech) = match &written.inline {
+            Some(_) => (BodyRef::Inline, Some(written.mechanism)),
+            None => (BodyRef::Chunks(written.chunks.clone()), None),
+        };
+        let rec = ObjectRecord {
+            bucket_id,
+            info,
+            body: body_ref,
+            upload_id,
+        };
+        let value = encode(
+            Kind::Object,
+            &rec,
+            written.inline.as_deref().unwrap_or_default(),
+        );
+        if let Err(e) = self
+            .inner
+            .manager
+            .put(rkey, &value, StoreMode::Upsert, inline_mech)
+            .await
+        {
+            self.discard(Arc::new(written.chunks));
+            return Err(e.into());
+        }
+        let entry = Arc::new(Entry {
+            info: rec.info,
+            body: Stored::from_ref(rec.body),
+            upload_id: rec.upload_id,
+        });
+        let key = entry.info.key.clone();
+        let placed = {
+            let mut st = self.inner.state.write().unwrap();
+            match st.buckets.get_mut(bucket) {
+                Some(b) if b.id == bucket_id && !b.deleting => Ok(b.objects.insert(key, entry)),
+                _ => Err(()),
+            }
+        };
+        match placed {
+            Ok(old) => Ok(old),
+            Err(()) => {
+                // The bucket went while the body was written.
+                let _ = self.inner.manager.delete(rkey).await;
+                self.discard(Arc::new(written.chunks));
+                Err(StoreError::NoSuchBucket(bucket.to_string()))
+            }
+        }
+    }
+
+    /// Reads a body into the manager: kept in memory when it ends within `inline_max` bytes,
+    /// else written as chunks as it arrives. On any error the chunks written are discarded.
+    pub(crate) async fn write_body(
+        &self,
+        mut body: Body,
+        mechanism: Option<Mechanism>,
+        inline_max: u64,
+    ) -> Result<WrittenBody> {
+        let cfg = &self.inner.config;
+        let chunk_bytes = cfg.chunk_bytes as usize;
+        let mut md5 = Md5::new();
+        let mut buf: Vec<u8> = Vec::new();
+        let mut size = 0u64;
+        let mut chunks: Vec<ChunkRef> = Vec::new();
+        let mut chunk_mech: Option<Mechanism> = None;
+        let res: Result<()> = async {
+            while let Some(piece) = body.next().await {
+                let piece = piece?;
+                size += piece.len() as u64;
+                if size > cfg.object_bytes_max {
+                    return Err(StoreError::EntityTooLarge {
+                        size,
+                        max: cfg.object_bytes_max,
+                    });
+                }
+                md5.update(&piece);
+                buf.extend_from_slice(&piece);
+                while buf.len() >= chunk_bytes && size > inline_max {
+                    let rest = buf.split_off(chunk_bytes);
+                    let full = std::mem::replace(&mut buf, rest);
+                    chunks.push(self.write_chunk(&full, mechanism, &mut chunk_mech).await?);
+                }
+            }
+            if size > inline_max && !buf.is_empty() {
+                let last = std::mem::take(&mut buf);
+                chunks.push(self.write_chunk(&last, mechanism, &mut chunk_mech).await?);
+            }
+            Ok(())
+        }
+        .await;
+        if let Err(e) = res {
+            self.discard(Arc::new(chunks));
+            return Err(e);
+        }
+        let policy = &self.inner.manager.config().policy;
+        Ok(if size <= inline_max {
+            WrittenBody {
+                size,
+                md5: md5.finalize().into(),
+                mechanism: mechanism.unwrap_or_else(|| policy.choose(size)),
+                inline: Some(buf),
+                chunks,
+            }
+        } else {
+            WrittenBody {
+                size,
+                md5: md5.finalize().into(),
+                mechanism: chunk_mech.expect("a chunked body has chunks"),
+                inline: None,
+                chunks,
+            }
+        })
+    }
+
+    async fn write_chunk(
+        &self,
+        data: &[u8],
+        custom: Option<Mechanism>,
+        chosen: &mut Option<Mechanism>,
+    ) -> Result<ChunkRef> {
+        let mech = *chosen.get_or_insert_with(|| {
+            custom.unwrap_or_else(|| self.inner.manager.config().policy.choose(data.len() as u64))
+        });
+        let id = record::new_id();
+        self.inner
+            .manager
+            .put(&chunk_key(&id), data, StoreMode::Upsert, Some(mech))
+            .await?;
+        Ok(ChunkRef {
+            id,
+            len: data.len() as u64,
+        })
+    }
+
+    fn entry(&self, bucket: &str, key: &str) -> Result<(u64, Arc<Entry>)> {
+        let st = self.inner.state.read().unwrap();
+        let b = st.bucket(bucket)?;
+        let e = b.objects.get(key).ok_or_else(|| StoreError::NoSuchKey {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+        })?;
+        Ok((b.id, e.clone()))
+    }
+
+    /// An object's description.
+    pub fn head_object(&self, bucket: &str, key: &str) -> Result<ObjectInfo> {
+        self.inner.metrics.heads.fetch_add(1, Ordering::Relaxed);
+        Ok(self.entry(bucket, key)?.1.info.clone())
+    }
+
+    /// Reads an object, or the range of it asked for. The body streams lazily.
+    pub async fn get_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        range: Option<RangeSpec>,
+    ) -> Result<GetObject> {
+        self.check_open()?;
+        self.inner.metrics.gets.fetch_add(1, Ordering::Relaxed);
+        // An inline object's record may be replaced between the index lookup and its read;
+        // the record read is authoritative, and names chunks only readers of the index hold.
+        for _ in 0..8 {
+            let (bucket_id, entry) = self.entry(bucket, key)?;
+            let chunks = match &entry.body {
+                Stored::Chunks(c) => c.clone(),
+                Stored::Inline => {
+                    let rkey = object_key(bucket_id, key);
+                    let value = match self.inner.manager.get(&rkey, ReadRange::ALL).await {
+                        Ok((v, _)) => v,
+                        Err(RedundancyError::NotFound { .. }) => continue,
+                        Err(e) => return Err(e.into()),
+                    };
+                    let (rec, body): (ObjectRecord, &[u8]) = decode(Kind::Object, &value)?;
+                    if rec.body != BodyRef::Inline || rec.info.key != key {
+                        continue;
+                    }
+                    let (start, end) = resolve(range, rec.info.size)?;
+                    let bytes = Bytes::copy_from_slice(&body[start as usize..end as usize]);
+                    self.inner
+                        .metrics
+                        .bytes_out
+                        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    return Ok(GetObject {
+                        info: rec.info,
+                        range: (start, end),
+                        body: crate::types::body_from(bytes),
+                    });
+                }
+            };
+            let (start, end) = resolve(range, entry.info.size)?;
+            return Ok(GetObject {
+                info: entry.info.clone(),
+                range: (start, end),
+                body: chunk_stream(self.clone(), chunks, start, end),
+            });
+        }
+        Err(StoreError::NoSuchKey {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+        })
+    }
+
+    /// Deletes an object; `Ok(false)` when there was none (S3 answers both the same way).
+    pub async fn delete_object(&self, bucket: &str, key: &str) -> Result<bool> {
+        self.check_open()?;
+        check_key(key)?;
+        let bucket_id = self.bucket_id(bucket)?;
+        let rkey = object_key(bucket_id, key);
+        let old = {
+            let _lock = self.lock(&rkey).await;
+            let existed = self.inner.manager.delete(&rkey).await?;
+            let mut st = self.inner.state.write().unwrap();
+            let old = st
+                .buckets
+                .get_mut(bucket)
+                .filter(|b| b.id == bucket_id)
+                .and_then(|b| b.objects.remove(key));
+            if old.is_none() && existed {
+                tracing::warn!(bucket, key, "deleted a record the index did not hold");
+            }
+            old
+        };
+        self.durable().await?;
+        self.inner.metrics.deletes.fetch_add(1, Ordering::Relaxed);
+        Ok(match old {
+            Some(o) => {
+                if let Stored::Chunks(c) = &o.body {
+                    self.discard(c.clone());
+                }
+                true
+            }
+            None => false,
+        })
+    }
+
+    /// Deletes several objects; one result per key, in order.
+    pub async fn delete_objects(&self, bucket: &str, keys: &[String]) -> Vec<Result<bool>> {
+        futures_util::stream::iter(keys)
+            .map(|k| self.delete_object(bucket, k))
+            .buffered(8)
+            .collect()
+            .await
+    }
+
+    /// Copies an object; `options` replaces the metadata, `None` keeps the source's.
+    pub async fn copy_object(
+        &self,
+        src_bucket: &str,
+        src_key: &str,
+        dst_bucket: &str,
+        dst_key: &str,
+        options: Option<PutOptions>,
+    ) -> Result<ObjectInfo> {
+        let src = self.get_object(src_bucket, src_key, None).await?;
+        let options = match options {
+            Some(o) => o,
+            None => PutOptions {
+                content_type: src.info.content_type.clone(),
+                user_metadata: src.info.user_metadata.clone(),
+                headers: src.info.headers.clone(),
+                checksums: if src.info.parts == 0 {
+                    src.info.checksums.clone()
+                } else {
+                    BTreeMap::new()
+                },
+                content_md5: None,
+                mechanism: Mechanism::parse(&src.info.mechanism).ok(),
+            },
+        };
+        self.put_object(dst_bucket, dst_key, src.body, options)
+            .await
+    }
+
+    /// One page of a bucket's listing.
+    pub fn list_objects(&self, bucket: &str, q: &ListQuery) -> Result<ListPage> {
+        self.inner.metrics.lists.fetch_add(1, Ordering::Relaxed);
+        let st = self.inner.state.read().unwrap();
+        let b = st.bucket(bucket)?;
+        let (objects, mut page) = listing::list(&b.objects, q, |key, e| ListEntry {
+            key: key.to_string(),
+            size: e.info.size,
+            etag: e.info.etag.clone(),
+            last_modified: e.info.last_modified,
+            mechanism: e.info.mechanism.clone(),
+        });
+        page.objects = objects;
+        Ok(page)
+    }
+
+    /// Flushes separation buffers, makes everything durable, deletes discarded chunks, closes
+    /// the devices and marks the shutdown clean. Later calls fail with `ShuttingDown`.
+    pub async fn shutdown(&self) -> Result<()> {
+        if self.inner.closing.swap(true, Ordering::SeqCst) {
+            return Err(StoreError::ShuttingDown);
+        }
+        // Let operations that passed the closing check finish their record writes.
+        for l in &self.inner.locks {
+            drop(l.lock().await);
+        }
+        // Deleting the discarded chunks writes too: flush and sync once more after it.
+        for reap in [true, false] {
+            if let Some(r) = &self.inner.rails {
+                r.drain().await.map_err(|source| StoreError::Device {
+                    what: "flushing separation buffers",
+                    source,
+                })?;
+            }
+            self.inner.manager.sync().await?;
+            if reap {
+                self.reap(true).await;
+            }
+        }
+        let files: Vec<_> = self
+            .inner
+            .devices
+            .iter()
+            .filter_map(|o| o.file.clone())
+            .collect();
+        tokio::task::spawn_blocking(move || {
+            for f in files {
+                f.close_blocking()?;
+            }
+            Ok::<_, railstore_device::DeviceError>(())
+        })
+        .await
+        .map_err(|e| StoreError::Config(format!("closing devices: {e}")))?
+        .map_err(|source| StoreError::Device {
+            what: "closing devices",
+            source,
+        })?;
+        if self.inner._lock_file.is_some() {
+            let marker = self.inner.config.data_dir.join(CLEAN_MARKER);
+            std::fs::write(&marker, b"")
+                .map_err(|e| StoreError::io(format!("writing {}", marker.display()), e))?;
+        }
+        self.inner.closed.store(true, Ordering::SeqCst);
+        tracing::info!("store shut down cleanly");
+        Ok(())
+    }
+}
+
+fn resolve(range: Option<RangeSpec>, size: u64) -> Result<(u64, u64)> {
+    match range {
+        None => Ok((0, size)),
+        Some(r) => r.resolve(size),
+    }
+}
+
+/// Streams bytes `start..end` of a chunked body, one piece at a time.
+fn chunk_stream(store: Store, chunks: Arc<Vec<ChunkRef>>, start: u64, end: u64) -> Body {
+    let pieces = futures_util::stream::unfold(
+        (store, chunks, start),
+        move |(store, chunks, pos)| async move {
+            if pos >= end {
+                return None;
+            }
+            // Find the chunk holding `pos`.
+            let mut base = 0u64;
+            let mut found = None;
+            for c in chunks.iter() {
+                if pos < base + c.len {
+                    found = Some((c.clone(), base));
+                    break;
+                }
+                base += c.len;
+            }
+            let Some((c, base)) = found else {
+                let e = StoreError::Corrupt("the object's chunks are shorter than its size".into());
+                return Some((Err(e), (store, chunks, end)));
+            };
+            let offset = pos - base;
+            let len = (c.len - offset).min(end - pos).min(READ_PIECE_BYTES);
+            let res = store
+                .inner
+                .manager
+                .get(
+                    &chunk_key(&c.id),
+                    ReadRange {
+                        offset,
+                        len: Some(len),
+                    },
+                )
+                .await;
+            match res {
+                Ok((bytes, _)) if bytes.len() as u64 == len => {
+                    store
+                        .inner
+                        .metrics
+                        .bytes_out
+                        .fetch_add(len, Ordering::Relaxed);
+                    Some((Ok(Bytes::from(bytes)), (store, chunks, pos + len)))
+                }
+                Ok((bytes, _)) => {
+                    let e = StoreError::Corrupt(format!(
+                        "a chunk returned {} bytes where {len} were due",
+                        bytes.len()
+                    ));
+                    Some((Err(e), (store, chunks, end)))
+                }
+                Err(e) => Some((Err(e.into()), (store, chunks, end))),
+            }
+        },
+    );
+    Box::pin(pieces)
+}
+
+/// Deletes discarded chunks in the background.
+async fn reaper(store: std::sync::Weak<Inner>) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let Some(inner) = store.upgrade() else { return };
+        if inner.closing.load(Ordering::SeqCst) {
+            return;
+        }
+        Store { inner }.reap(false).await;
+    }
+}
+
+fn lock_data_dir(config: &StoreConfig) -> Result<File> {
+    let dir = &config.data_dir;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| StoreError::io(format!("creating {}", dir.display()), e))?;
+    let path = dir.join("lock");
+    let f = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| StoreError::io(format!("opening {}", path.display()), e))?;
+    f.try_lock().map_err(|_| {
+        StoreError::Config(format!(
+            "the data folder {} is in use by another railstore process",
+            dir.display()
+        ))
+    })?;
+    Ok(f)
+}

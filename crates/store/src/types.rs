@@ -1,0 +1,243 @@
+//! The values the store's operations take and return.
+
+use crate::error::StoreError;
+use bytes::Bytes;
+use futures_util::Stream;
+use railstore_redundancy::Mechanism;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::time::SystemTime;
+
+/// A body travelling into or out of the store, in pieces. A put ends at the stream's end; an
+/// `Err` item aborts it and nothing is stored (the `s3` crate yields `BadDigest` there when a
+/// trailing checksum does not match).
+pub type Body = Pin<Box<dyn Stream<Item = Result<Bytes, StoreError>> + Send>>;
+
+/// Collects a body into one buffer (tests and small objects).
+pub async fn collect_body(mut body: Body) -> Result<Vec<u8>, StoreError> {
+    use futures_util::StreamExt;
+    let mut out = Vec::new();
+    while let Some(piece) = body.next().await {
+        out.extend_from_slice(&piece?);
+    }
+    Ok(out)
+}
+
+/// A body of bytes already in memory.
+pub fn body_from(bytes: impl Into<Bytes>) -> Body {
+    let b: Bytes = bytes.into();
+    Box::pin(futures_util::stream::once(async move { Ok(b) }))
+}
+
+/// What a put stores next to the bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PutOptions {
+    /// `Content-Type`.
+    pub content_type: Option<String>,
+    /// User metadata (`x-amz-meta-*`), names in lower case without the prefix.
+    pub user_metadata: BTreeMap<String, String>,
+    /// Other headers stored and returned as given (`Content-Encoding`, `Cache-Control`,
+    /// `Content-Disposition`, `Content-Language`, `Expires`), names in lower case.
+    pub headers: BTreeMap<String, String>,
+    /// Checksums the client sent and the caller verified, by algorithm (`CRC32`, `CRC32C`,
+    /// `CRC64NVME`, `SHA1`, `SHA256`) → base64 value; returned on reads when asked.
+    pub checksums: BTreeMap<String, String>,
+    /// `Content-MD5`: the store checks it against the body it receives.
+    pub content_md5: Option<[u8; 16]>,
+    /// The mechanism for this object (custom mode); `None` lets the hybrid policy choose by
+    /// size.
+    pub mechanism: Option<Mechanism>,
+}
+
+/// What a multipart part carries besides its bytes (as for [`PutOptions`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartOptions {
+    /// `Content-MD5`: checked against the part's bytes.
+    pub content_md5: Option<[u8; 16]>,
+    /// Checksums the client sent and the caller verified, by algorithm → base64 value.
+    pub checksums: BTreeMap<String, String>,
+}
+
+/// An object's description, as HEAD returns it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectInfo {
+    /// The key.
+    pub key: String,
+    /// Bytes.
+    pub size: u64,
+    /// Hex MD5 of the body for single-part objects, `md5(part md5s)-N` for multipart ones;
+    /// without quotes.
+    pub etag: String,
+    /// When it was stored.
+    #[serde(with = "unix_nanos")]
+    pub last_modified: SystemTime,
+    /// `Content-Type`.
+    pub content_type: Option<String>,
+    /// User metadata.
+    pub user_metadata: BTreeMap<String, String>,
+    /// Other stored headers.
+    pub headers: BTreeMap<String, String>,
+    /// Checksums stored with it (full-object ones; for multipart objects, of the parts' values
+    /// as S3 composes them — see `s3`).
+    pub checksums: BTreeMap<String, String>,
+    /// The mechanism protecting it (`rep3`, `split3+3`, …) — its storage class.
+    pub mechanism: String,
+    /// Parts, for an object made by a multipart upload; 0 otherwise.
+    pub parts: u32,
+}
+
+/// A byte range as a request states it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RangeSpec {
+    /// `bytes=first-last` (inclusive) or `bytes=first-` (`last` = `None`).
+    FromTo {
+        /// First byte.
+        first: u64,
+        /// Last byte, inclusive.
+        last: Option<u64>,
+    },
+    /// `bytes=-n`: the last n bytes.
+    Suffix(u64),
+}
+
+impl RangeSpec {
+    /// The `(start, end)` (end exclusive) this range selects in an object of `size` bytes, or
+    /// `InvalidRange` when it selects nothing.
+    pub fn resolve(self, size: u64) -> Result<(u64, u64), StoreError> {
+        match self {
+            RangeSpec::FromTo { first, last } => {
+                if first >= size || last.is_some_and(|l| l < first) {
+                    return Err(StoreError::InvalidRange { size });
+                }
+                let end = last.map_or(size, |l| l.saturating_add(1).min(size));
+                Ok((first, end))
+            }
+            RangeSpec::Suffix(n) => {
+                if n == 0 || size == 0 {
+                    return Err(StoreError::InvalidRange { size });
+                }
+                Ok((size.saturating_sub(n), size))
+            }
+        }
+    }
+}
+
+/// A read: the object's description, the byte range being returned, and the bytes.
+pub struct GetObject {
+    /// The object.
+    pub info: ObjectInfo,
+    /// `(start, end)` of the returned bytes, end exclusive; `(0, size)` without a range.
+    pub range: (u64, u64),
+    /// The bytes, read lazily as the stream is polled; dropping it reads nothing more.
+    pub body: Body,
+}
+
+impl std::fmt::Debug for GetObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GetObject")
+            .field("info", &self.info)
+            .field("range", &self.range)
+            .finish()
+    }
+}
+
+/// A bucket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BucketInfo {
+    /// Its name.
+    pub name: String,
+    /// When it was created.
+    #[serde(with = "unix_nanos")]
+    pub created: SystemTime,
+}
+
+/// A listing request (ListObjects V1 and V2 both reduce to it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListQuery {
+    /// Only keys starting with this.
+    pub prefix: String,
+    /// Roll keys up to the first occurrence of this after the prefix into common prefixes.
+    pub delimiter: Option<String>,
+    /// Start after this key or common prefix (V1 marker, V2 start-after or continuation).
+    pub after: Option<String>,
+    /// Most entries (objects plus common prefixes) in the page; S3 caps it at 1000.
+    pub max_keys: usize,
+}
+
+/// One object in a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListEntry {
+    /// The key.
+    pub key: String,
+    /// Bytes.
+    pub size: u64,
+    /// ETag without quotes.
+    pub etag: String,
+    /// When it was stored.
+    pub last_modified: SystemTime,
+    /// Its mechanism.
+    pub mechanism: String,
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListPage {
+    /// Objects, in key order.
+    pub objects: Vec<ListEntry>,
+    /// Common prefixes, in order.
+    pub prefixes: Vec<String>,
+    /// More entries follow.
+    pub truncated: bool,
+    /// When truncated: the last key or common prefix of this page; pass it as
+    /// [`ListQuery::after`] for the next page.
+    pub next_after: Option<String>,
+}
+
+/// A multipart upload in progress.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UploadInfo {
+    /// The key it will create.
+    pub key: String,
+    /// Its id.
+    pub upload_id: String,
+    /// When it was created.
+    #[serde(with = "unix_nanos")]
+    pub initiated: SystemTime,
+}
+
+/// A part of a multipart upload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartInfo {
+    /// 1 to 10000.
+    pub number: u32,
+    /// Hex MD5 of the part, without quotes.
+    pub etag: String,
+    /// Bytes.
+    pub size: u64,
+    /// When it was uploaded.
+    #[serde(with = "unix_nanos")]
+    pub last_modified: SystemTime,
+    /// Checksums the client sent with it.
+    pub checksums: BTreeMap<String, String>,
+}
+
+/// `SystemTime` as nanoseconds since the Unix epoch.
+pub(crate) mod unix_nanos {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    pub fn to_nanos(t: SystemTime) -> u64 {
+        t.duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0)
+    }
+
+    pub fn serialize<S: Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(to_nanos(*t))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<SystemTime, D::Error> {
+        Ok(UNIX_EPOCH + Duration::from_nanos(u64::deserialize(d)?))
+    }
+}

@@ -1,0 +1,518 @@
+//! The store against a plain model: buckets, objects of every size class, ranges, listings,
+//! multipart uploads, failed bodies, and reopening from the devices.
+
+use bytes::Bytes;
+use railstore_store::{
+    body_from, collect_body, Body, DeviceKind, ListQuery, PartOptions, PutOptions, RangeSpec,
+    Store, StoreConfig, StoreError,
+};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Small sizes so that inline, single-chunk and many-chunk objects all occur quickly.
+fn config(kind: DeviceKind, dir: &std::path::Path, separation: bool) -> StoreConfig {
+    let mut c = StoreConfig {
+        data_dir: dir.to_path_buf(),
+        inline_bytes_max: 4 << 10,
+        chunk_bytes: 64 << 10,
+        part_bytes_min: 16 << 10,
+        ..StoreConfig::default()
+    };
+    c.devices.kind = kind;
+    c.devices.capacity_bytes = 1 << 30;
+    c.devices.direct_io = false;
+    match (&mut c.separation, separation) {
+        (Some(s), true) => s.frame = Duration::from_millis(200),
+        (s, _) => *s = None,
+    }
+    c
+}
+
+fn bytes(rng: &mut ChaCha8Rng, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    rng.fill(&mut v[..]);
+    v
+}
+
+async fn get(store: &Store, bucket: &str, key: &str) -> Result<Vec<u8>, StoreError> {
+    let g = store.get_object(bucket, key, None).await?;
+    collect_body(g.body).await
+}
+
+/// A body that arrives in uneven pieces.
+fn pieces(data: &[u8], rng: &mut ChaCha8Rng) -> Body {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < data.len() {
+        let n = rng.gen_range(1..=(data.len() - at).min(40_000));
+        out.push(Ok(Bytes::copy_from_slice(&data[at..at + n])));
+        at += n;
+    }
+    Box::pin(futures_util::stream::iter(out))
+}
+
+#[tokio::test]
+async fn buckets_follow_s3_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(config(DeviceKind::Mem, dir.path(), false))
+        .await
+        .unwrap();
+    assert!(store.create_bucket("photos").await.unwrap());
+    assert!(
+        !store.create_bucket("photos").await.unwrap(),
+        "re-creating is fine"
+    );
+    for bad in [
+        "ab",
+        "Photos",
+        "-x-",
+        "a..b",
+        "192.168.1.1",
+        &"x".repeat(64),
+    ] {
+        assert!(
+            matches!(
+                store.create_bucket(bad).await,
+                Err(StoreError::InvalidBucketName { .. })
+            ),
+            "{bad}"
+        );
+    }
+    store
+        .put_object("photos", "a", body_from("x"), PutOptions::default())
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.delete_bucket("photos").await,
+        Err(StoreError::BucketNotEmpty(_))
+    ));
+    assert!(matches!(
+        store
+            .put_object("nope", "a", body_from("x"), PutOptions::default())
+            .await,
+        Err(StoreError::NoSuchBucket(_))
+    ));
+    store.delete_object("photos", "a").await.unwrap();
+    store.delete_bucket("photos").await.unwrap();
+    assert!(store.list_buckets().is_empty());
+    assert!(matches!(
+        store.head_bucket("photos"),
+        Err(StoreError::NoSuchBucket(_))
+    ));
+}
+
+#[tokio::test]
+async fn objects_of_every_size_round_trip_with_ranges_and_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(config(DeviceKind::Mem, dir.path(), true))
+        .await
+        .unwrap();
+    store.create_bucket("bkt").await.unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    for len in [0, 1, 4096, 4097, 65_536, 65_537, 300_001] {
+        let data = bytes(&mut rng, len);
+        let key = format!("size/{len}");
+        let opts = PutOptions {
+            content_type: Some("application/x-test".into()),
+            user_metadata: [("colour".to_string(), "blue".to_string())].into(),
+            ..PutOptions::default()
+        };
+        let info = store
+            .put_object("bkt", &key, pieces(&data, &mut rng), opts)
+            .await
+            .unwrap();
+        assert_eq!(info.size, len as u64);
+        assert_eq!(info.etag, hex_md5(&data));
+        let head = store.head_object("bkt", &key).unwrap();
+        assert_eq!(head, info);
+        assert_eq!(head.user_metadata["colour"], "blue");
+        assert_eq!(get(&store, "bkt", &key).await.unwrap(), data, "{len}");
+        if len == 0 {
+            assert!(matches!(
+                store
+                    .get_object("bkt", &key, Some(RangeSpec::Suffix(1)))
+                    .await,
+                Err(StoreError::InvalidRange { size: 0 })
+            ));
+            continue;
+        }
+        for (spec, want) in [
+            (
+                RangeSpec::FromTo {
+                    first: 0,
+                    last: Some(0),
+                },
+                0..1,
+            ),
+            (
+                RangeSpec::FromTo {
+                    first: len as u64 / 2,
+                    last: None,
+                },
+                len / 2..len,
+            ),
+            (RangeSpec::Suffix(70_000), len.saturating_sub(70_000)..len),
+            (
+                RangeSpec::FromTo {
+                    first: len as u64 - 1,
+                    last: Some(len as u64 + 100),
+                },
+                len - 1..len,
+            ),
+        ] {
+            let g = store.get_object("bkt", &key, Some(spec)).await.unwrap();
+            assert_eq!(g.range, (want.start as u64, want.end as u64));
+            assert_eq!(collect_body(g.body).await.unwrap(), &data[want], "{spec:?}");
+        }
+        assert!(matches!(
+            store
+                .get_object(
+                    "bkt",
+                    &key,
+                    Some(RangeSpec::FromTo {
+                        first: len as u64,
+                        last: None
+                    })
+                )
+                .await,
+            Err(StoreError::InvalidRange { .. })
+        ));
+    }
+    let long = "k".repeat(1024);
+    store
+        .put_object("bkt", &long, body_from("long"), PutOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(get(&store, "bkt", &long).await.unwrap(), b"long");
+    assert!(matches!(
+        store
+            .put_object(
+                "bkt",
+                &"k".repeat(1025),
+                body_from("x"),
+                PutOptions::default()
+            )
+            .await,
+        Err(StoreError::KeyLength { len: 1025, .. })
+    ));
+    store.shutdown().await.unwrap();
+}
+
+fn hex_md5(data: &[u8]) -> String {
+    use md5::{Digest, Md5};
+    hex::encode(Md5::digest(data))
+}
+
+#[tokio::test]
+async fn a_failed_body_or_digest_stores_nothing_and_keeps_the_old_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(config(DeviceKind::Mem, dir.path(), false))
+        .await
+        .unwrap();
+    store.create_bucket("bkt").await.unwrap();
+    store
+        .put_object("bkt", "k", body_from("old"), PutOptions::default())
+        .await
+        .unwrap();
+    let chunks_before = store.manager().keys(b"D").await.unwrap().len();
+    let mut rng = ChaCha8Rng::seed_from_u64(2);
+    let big = bytes(&mut rng, 200_000);
+    let failing: Body = Box::pin(futures_util::stream::iter(vec![
+        Ok(Bytes::copy_from_slice(&big[..150_000])),
+        Err(StoreError::BadDigest("trailing checksum".into())),
+    ]));
+    assert!(matches!(
+        store
+            .put_object("bkt", "k", failing, PutOptions::default())
+            .await,
+        Err(StoreError::BadDigest(_))
+    ));
+    let wrong_md5 = PutOptions {
+        content_md5: Some([0; 16]),
+        ..PutOptions::default()
+    };
+    assert!(matches!(
+        store
+            .put_object("bkt", "k", body_from(big.clone()), wrong_md5)
+            .await,
+        Err(StoreError::BadDigest(_))
+    ));
+    let small = PutOptions {
+        content_md5: Some(md5_of(b"new")),
+        ..PutOptions::default()
+    };
+    store
+        .put_object("bkt", "k2", body_from("new"), small)
+        .await
+        .unwrap();
+    assert_eq!(get(&store, "bkt", "k").await.unwrap(), b"old");
+    // The chunks the failed puts wrote are reclaimed.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        store.manager().keys(b"D").await.unwrap().len(),
+        chunks_before
+    );
+}
+
+fn md5_of(data: &[u8]) -> [u8; 16] {
+    use md5::{Digest, Md5};
+    Md5::digest(data).into()
+}
+
+#[tokio::test]
+async fn multipart_uploads_complete_once_abort_and_check_their_parts() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(config(DeviceKind::Mem, dir.path(), true))
+        .await
+        .unwrap();
+    store.create_bucket("bkt").await.unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let id = store
+        .create_multipart("bkt", "big", PutOptions::default())
+        .await
+        .unwrap();
+    let parts: Vec<Vec<u8>> = [20_000, 100_000, 16_384, 7]
+        .iter()
+        .map(|&n| bytes(&mut rng, n))
+        .collect();
+    let mut etags = Vec::new();
+    // Upload out of order, and part 2 twice (the second replaces the first).
+    for i in [3, 1, 0, 2, 1] {
+        let p = store
+            .upload_part(
+                "bkt",
+                "big",
+                &id,
+                i as u32 + 1,
+                body_from(parts[i].clone()),
+                PartOptions::default(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(p.etag, hex_md5(&parts[i]));
+    }
+    for (i, p) in parts.iter().enumerate() {
+        etags.push((i as u32 + 1, format!("\"{}\"", hex_md5(p))));
+    }
+    let listed = store.list_parts("bkt", "big", &id).unwrap();
+    assert_eq!(
+        listed.iter().map(|p| p.number).collect::<Vec<_>>(),
+        [1, 2, 3, 4]
+    );
+    let reversed: Vec<_> = etags.iter().rev().cloned().collect();
+    assert!(matches!(
+        store
+            .complete_multipart("bkt", "big", &id, &reversed, BTreeMap::new())
+            .await,
+        Err(StoreError::InvalidPartOrder)
+    ));
+    let mut wrong = etags.clone();
+    wrong[1].1 = hex_md5(b"other");
+    assert!(matches!(
+        store
+            .complete_multipart("bkt", "big", &id, &wrong, BTreeMap::new())
+            .await,
+        Err(StoreError::InvalidPart { part: 2, .. })
+    ));
+    // Part 4 (7 bytes) may only be last; skipping part 3 leaves the 16 KiB minimum met.
+    let info = store
+        .complete_multipart("bkt", "big", &id, &etags, BTreeMap::new())
+        .await
+        .unwrap();
+    assert_eq!(info.parts, 4);
+    assert!(info.etag.ends_with("-4"));
+    let again = store
+        .complete_multipart("bkt", "big", &id, &etags, BTreeMap::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        again.etag, info.etag,
+        "a repeated completion returns the object"
+    );
+    assert_eq!(get(&store, "bkt", "big").await.unwrap(), parts.concat());
+    assert!(store.list_uploads("bkt", "").unwrap().is_empty());
+    // A too-small middle part, then an abort.
+    let id2 = store
+        .create_multipart("bkt", "small", PutOptions::default())
+        .await
+        .unwrap();
+    for (n, len) in [(1u32, 10usize), (2, 10)] {
+        store
+            .upload_part(
+                "bkt",
+                "small",
+                &id2,
+                n,
+                body_from(vec![n as u8; len]),
+                PartOptions::default(),
+            )
+            .await
+            .unwrap();
+    }
+    let e = hex_md5(&[1u8; 10]);
+    let e2 = hex_md5(&[2u8; 10]);
+    assert!(matches!(
+        store
+            .complete_multipart("bkt", "small", &id2, &[(1, e), (2, e2)], BTreeMap::new())
+            .await,
+        Err(StoreError::EntityTooSmall { part: 1, .. })
+    ));
+    assert_eq!(store.list_uploads("bkt", "sm").unwrap().len(), 1);
+    store.abort_multipart("bkt", "small", &id2).await.unwrap();
+    assert!(matches!(
+        store.list_parts("bkt", "small", &id2),
+        Err(StoreError::NoSuchUpload(_))
+    ));
+    assert!(matches!(
+        store.get_object("bkt", "small", None).await,
+        Err(StoreError::NoSuchKey { .. })
+    ));
+    store.shutdown().await.unwrap();
+}
+
+/// Random operations against a `BTreeMap`, on file devices, reopening the store now and then
+/// (cleanly, and by dropping it without a shutdown).
+async fn model_run(seed: u64, separation: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(DeviceKind::File, dir.path(), separation);
+    let mut store = Store::open(cfg.clone()).await.unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    store.create_bucket("model").await.unwrap();
+    let names = ["a", "a/b", "a/b/c", "a/bc", "b/1", "b/2", "c", "d/e/f"];
+    for step in 0..300 {
+        let key = names[rng.gen_range(0..names.len())].to_string();
+        match rng.gen_range(0..10) {
+            0..=3 => {
+                let len = [0, 10, 4096, 5000, 70_000, 200_000][rng.gen_range(0..6)];
+                let data = bytes(&mut rng, len);
+                store
+                    .put_object(
+                        "model",
+                        &key,
+                        pieces(&data, &mut rng),
+                        PutOptions::default(),
+                    )
+                    .await
+                    .unwrap();
+                model.insert(key, data);
+            }
+            4..=5 => match model.get(&key) {
+                Some(want) => assert_eq!(
+                    &get(&store, "model", &key).await.unwrap(),
+                    want,
+                    "seed {seed} step {step}"
+                ),
+                None => assert!(matches!(
+                    get(&store, "model", &key).await,
+                    Err(StoreError::NoSuchKey { .. })
+                )),
+            },
+            6 => {
+                let existed = store.delete_object("model", &key).await.unwrap();
+                assert_eq!(existed, model.remove(&key).is_some());
+            }
+            7..=8 => {
+                let prefix = ["", "a", "a/", "a/b", "b/"][rng.gen_range(0..5)];
+                let delim = rng.gen_bool(0.5).then(|| "/".to_string());
+                let mut got = Vec::new();
+                let mut after = None;
+                loop {
+                    let page = store
+                        .list_objects(
+                            "model",
+                            &ListQuery {
+                                prefix: prefix.into(),
+                                delimiter: delim.clone(),
+                                after,
+                                max_keys: 2,
+                            },
+                        )
+                        .unwrap();
+                    got.extend(page.objects.iter().map(|o| o.key.clone()));
+                    got.extend(page.prefixes.iter().cloned());
+                    if !page.truncated {
+                        break;
+                    }
+                    after = page.next_after;
+                }
+                got.sort();
+                let mut want: Vec<String> = model
+                    .keys()
+                    .filter(|k| k.starts_with(prefix))
+                    .map(|k| match &delim {
+                        Some(d) => match k[prefix.len()..].find(d.as_str()) {
+                            Some(i) => k[..prefix.len() + i + 1].to_string(),
+                            None => k.clone(),
+                        },
+                        None => k.clone(),
+                    })
+                    .collect();
+                want.sort();
+                want.dedup();
+                assert_eq!(got, want, "seed {seed} step {step} prefix {prefix:?}");
+            }
+            _ => {
+                // Separation's flushers outlive a dropped store: only shut it down.
+                if separation || rng.gen_bool(0.5) {
+                    store.shutdown().await.unwrap();
+                    drop(store);
+                } else {
+                    // No shutdown: what was acknowledged must be there anyway.
+                    let manager = store.manager().clone();
+                    drop(store);
+                    drop(manager);
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                store = Store::open(cfg.clone()).await.unwrap();
+            }
+        }
+    }
+    for (k, v) in &model {
+        assert_eq!(
+            &get(&store, "model", k).await.unwrap(),
+            v,
+            "seed {seed} final {k}"
+        );
+    }
+    let page = store
+        .list_objects(
+            "model",
+            &ListQuery {
+                max_keys: 1000,
+                ..ListQuery::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(page.objects.len(), model.len());
+    store.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_operations_match_a_model_across_reopens() {
+    for seed in 0..2 {
+        model_run(seed, false).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_operations_match_a_model_with_separation() {
+    model_run(10, true).await;
+}
+
+#[tokio::test]
+async fn a_data_folder_is_used_by_one_store_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(DeviceKind::File, dir.path(), false);
+    let store = Store::open(cfg.clone()).await.unwrap();
+    let e = Store::open(cfg.clone()).await.unwrap_err();
+    assert!(e.to_string().contains("in use"), "{e}");
+    store.shutdown().await.unwrap();
+    drop(store);
+    let mut other = cfg.clone();
+    other.devices.count = 12;
+    let e = Store::open(other).await.unwrap_err();
+    assert!(e.to_string().contains("another layout"), "{e}");
+}
