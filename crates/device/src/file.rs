@@ -990,7 +990,14 @@ impl Shared {
             }
             if let CompactionPolicy::Auto { dead_ratio_min } = self.config.compaction {
                 if let Err(e) = self.compact_blocking(self.config.segment_bytes, dead_ratio_min) {
-                    tracing::warn!(error = %e, "background compaction failed");
+                    // A close while compacting is not a failure.
+                    let closing = {
+                        let st = self.lock();
+                        st.shutdown || st.failed == Some("closed")
+                    };
+                    if !closing {
+                        tracing::warn!(error = %e, "background compaction failed");
+                    }
                 }
             }
         }

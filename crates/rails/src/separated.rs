@@ -4,23 +4,64 @@
 //! device is a writer. Reads answer from the buffer first (it holds the newest data). The
 //! reliability manager above sees ordinary devices and asks [`Rails::read_plan`] where to read.
 //!
-//! Durability: buffered writes live in memory until flushed; `sync` makes durable what reached
-//! the device. With m >= k (or a replica on a writer) the writer-role pieces alone rebuild every
-//! object after a power loss; otherwise buffered pieces can be lost with it. The intent log that
-//! closes this gap is not built yet.
+//! Durability ([`Durability`], docs/rails.md): with [`Durability::Journal`] (the default) a
+//! buffered write is acknowledged only once a journal record of it (target device, journal tag,
+//! key, value; format in [`crate::journal`]) is stored on a writer-role device, and
+//! [`Separated::sync`] syncs the device and the devices holding its journal records stored
+//! since their last sync. So after `sync` of device d every write acknowledged to d survives a power failure:
+//! on d itself, or in the journal. [`Rails::recover`] (run before the first operation is served)
+//! replays the journal records above each device's watermark into it, in tag order.
+//! [`Durability::Memory`] keeps buffered writes only in memory: a power failure loses the ones
+//! not yet flushed, synced or not.
+//!
+//! Why a replay neither puts stale data over newer data nor skips a write it needs. Every
+//! buffered write to d gets a tag from d's counter, under the buffer lock, in arrival order, and
+//! its record is stored before the write is acknowledged. The flusher applies the buffer in
+//! arrival order; now and then (a checkpoint) it syncs d, then stores on d a watermark W: one
+//! below the oldest tag d has not had, that of a buffered write not yet applied or of an older
+//! write to the same key that such a write replaced before the older one was applied. Only
+//! then do the applied writes leave the buffer. So every tag <= W belongs to a write d holds
+//! durably, or that a write d holds durably replaced; W is stored after the sync, so a W that
+//! survives a crash implies all of that. Recovery replays the tags > W in order: per key the
+//! last one replayed is its newest journalled write. A write goes straight to a writer only
+//! when its buffer is empty and the stored W covers every tag handed out: a later sync
+//! persists W with it, so no record of an older write to that key is replayed over it. A write
+//! that overtakes a full buffer (partial separation) is journalled with a fresh tag first and
+//! lands, under the flush lock, before the older buffered write on its key is dropped, so a
+//! replay ends with it too. A holder deletes journal records, while it writes, once the
+//! watermark covering them is durable (after a later sync of d). All this assumes only that
+//! one store is atomic and that a sync persists what was stored before it, not the order in
+//! which a device persists unsynced writes.
 
-use crate::buffer::{BufferError, Pending, WriteBuffer};
+use crate::buffer::{Pending, WriteBuffer};
+use crate::journal::{self, RECORD_OVERHEAD_BYTES};
 use crate::plan::{ReadPlan, ScheduledReads};
 use crate::schedule::{Role, Schedule, ScheduleConfig};
 use async_trait::async_trait;
 use railstore_device::{
-    CompactStats, Device, DeviceError, DeviceInfo, IterBatch, IterEntry, IterRequest, Limits,
-    ReadRange, Retrieved, StoreMode,
+    iterate_all, CompactStats, Device, DeviceError, DeviceInfo, IterBatch, IterEntry, IterRequest,
+    Limits, ReadRange, Retrieved, StoreMode,
 };
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+/// How acknowledged writes to reader-role devices survive a power failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// A buffered write is acknowledged once it is in memory. A power failure loses every
+    /// buffered write not yet flushed, synced or not (Flash on Rails §4.2.3: up to T·w per
+    /// device); only the redundancy above can bring such a piece back.
+    Memory,
+    /// A buffered write is also recorded in a journal on a writer-role device before it is
+    /// acknowledged; `sync` makes the record durable and recovery replays it. Costs one extra
+    /// write (key, value and 28 bytes) on a writer per buffered write, one sync and one small
+    /// watermark write per checkpoint of the flusher, and the record's later deletion.
+    #[default]
+    Journal,
+}
 
 /// How separation runs.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -41,6 +82,14 @@ pub struct RailsConfig {
     /// Size the window from the load measured each frame (Rails §4.3.1); `None` keeps it at
     /// the schedule's minimum.
     pub adaptive: Option<AdaptiveWindow>,
+    /// What a power failure may take (buffered writes in memory only, or journalled).
+    pub durability: Durability,
+    /// Bound of the journal records kept for one device's writes, in bytes of records (key,
+    /// value and overhead), from the write until the holder deletes the record. Superseded
+    /// writes keep their records until the device's watermark passes them, so this also bounds
+    /// overwrites of buffered keys. Above it writers wait (back-pressure) — also with
+    /// `partial_when_full`, which relieves only the write buffer. One record is always let in.
+    pub journal_bytes_max: u64,
 }
 
 /// What one device sustains, for sizing the window from measured load.
@@ -53,7 +102,8 @@ pub struct AdaptiveWindow {
 }
 
 impl RailsConfig {
-    /// Separation on with `schedule`, 256 MiB buffers, back-pressure, compaction while writing.
+    /// Separation on with `schedule`, 256 MiB buffers, back-pressure, compaction while
+    /// writing, buffered writes journalled (512 MiB of journal per device).
     pub fn new(schedule: ScheduleConfig) -> RailsConfig {
         RailsConfig {
             schedule,
@@ -62,6 +112,8 @@ impl RailsConfig {
             partial_when_full: false,
             compact_budget_bytes: 64 << 20,
             adaptive: None,
+            durability: Durability::Journal,
+            journal_bytes_max: 512 << 20,
         }
     }
 }
@@ -81,7 +133,7 @@ pub struct DeviceCounters {
     pub flushed_bytes: AtomicU64,
     /// Reads answered from the buffer.
     pub buffer_reads: AtomicU64,
-    /// Times a writer waited for buffer room.
+    /// Times a writer waited for buffer (or journal) room.
     pub backpressure_waits: AtomicU64,
     /// Compaction passes run while a writer.
     pub compactions: AtomicU64,
@@ -89,6 +141,22 @@ pub struct DeviceCounters {
     pub read_bytes: AtomicU64,
     /// Value bytes written to this device (buffered or direct).
     pub written_bytes: AtomicU64,
+    /// Journal records written for this device's writes (on other devices, or on itself while
+    /// it writes behind a backlog).
+    pub journal_records: AtomicU64,
+    /// Bytes of those records (key, value and overhead).
+    pub journal_bytes: AtomicU64,
+    /// Journal records of this device deleted (their watermark was durable).
+    pub journal_deleted: AtomicU64,
+    /// Journal records replayed into this device at recovery.
+    pub journal_replayed: AtomicU64,
+    /// Times a write waited for a writer-role device to journal on (every writer was guarding).
+    pub journal_waits: AtomicU64,
+    /// Times no other device could hold a journal record, so this device took its backlog and
+    /// the write at once, whatever its role.
+    pub journal_fallbacks: AtomicU64,
+    /// Watermarks stored on this device (checkpoints of its flusher).
+    pub watermarks: AtomicU64,
 }
 
 /// A snapshot of one device's state.
@@ -100,23 +168,76 @@ pub struct DeviceSnapshot {
     pub buffer_bytes: u64,
     /// Keys waiting in its buffer.
     pub buffer_keys: usize,
+    /// Bytes of journal records kept for its writes (reserved or stored, not yet deleted).
+    pub journal_bytes: u64,
+}
+
+/// What [`Rails::recover`] found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JournalRecovery {
+    /// Journal records found (a record stored on two devices counts twice).
+    pub records_found: u64,
+    /// Records replayed into their device.
+    pub replayed: u64,
+    /// Records at or below their device's watermark: already on it, not replayed.
+    pub stale: u64,
+    /// Records (or odd reserved keys) that failed their checks and were skipped.
+    pub corrupt: u64,
+    /// Records naming a device beyond the array.
+    pub orphaned: u64,
+    /// Records deleted once their device's new watermark was durable.
+    pub deleted: u64,
+    /// Records replayed, per device.
+    pub replayed_per_device: Vec<u64>,
+    /// Devices that failed during recovery (their records, and writes to them, were skipped).
+    pub failed_devices: Vec<usize>,
 }
 
 struct DeviceState {
     inner: Arc<dyn Device>,
     /// The device failed: its buffer was dropped and every operation fails fast, so writers
     /// never wait on a buffer nobody will flush (its data comes back by rebuild).
-    failed: std::sync::atomic::AtomicBool,
+    failed: AtomicBool,
     buffer: Mutex<WriteBuffer>,
-    /// Wakes the flusher (new work, or a role change it computed).
+    /// Wakes the flusher (new work, a role change it computed, or journal records to delete).
     work: Notify,
-    /// Wakes writers waiting for buffer room.
+    /// Wakes writers waiting for buffer or journal room.
     room: Notify,
     counters: DeviceCounters,
+    /// Held while a batch is applied, a checkpoint is taken, or a write overtakes the buffer:
+    /// one at a time, so order per key holds and a checkpoint sees no write half done.
+    flush_lock: tokio::sync::Mutex<()>,
+    /// Held across a sync of the device, so a caller that finds it clean knows no sync of it
+    /// is still running.
+    sync_lock: tokio::sync::Mutex<()>,
+    /// The device holds journal records stored since its last sync.
+    journal_dirty: AtomicBool,
+    /// The next journal tag of writes to this device (changed under the buffer lock).
+    next_tag: AtomicU64,
+    /// The watermark last stored on this device.
+    wm_stored: AtomicU64,
+    /// The watermark known durable on this device (`u64::MAX` once it failed: its records are
+    /// of no more use).
+    wm_durable: AtomicU64,
+    /// Bytes of journal records for this device's writes, reserved or stored, not deleted.
+    journal_bytes: AtomicU64,
+    /// Journal records this device holds: (target, tag) -> bytes.
+    held: Mutex<BTreeMap<(u32, u64), u64>>,
+    /// Bytes of `held`.
+    held_bytes: AtomicU64,
+    /// Tags of this device's writes whose journal record was on a device that failed: the
+    /// next sync journals those still buffered again.
+    lost: Mutex<Vec<u64>>,
 }
 
 /// Buffered operations a flusher sends to its device at once.
 const FLUSH_BATCH_OPS_MAX: usize = 16;
+/// Journal records a holder deletes at once.
+const DELETE_BATCH_OPS_MAX: usize = 16;
+/// Operations a flusher applies between two checkpoints (sync, then watermark); a checkpoint
+/// also comes once the applied operations hold a quarter of the write buffer's bound (they
+/// keep their room until then), and at the end of a pass.
+const CHECKPOINT_OPS_MAX: usize = 256;
 
 /// What [`Rails::new`] returns: the shared state and the wrapped devices.
 pub type RailsAndDevices = (Arc<Rails>, Vec<Arc<dyn Device>>);
@@ -130,6 +251,12 @@ pub struct Rails {
     plan: Arc<ScheduledReads>,
     start: Instant,
     devices: Vec<Arc<DeviceState>>,
+    /// The journal replay, run once before the first operation.
+    recovery: tokio::sync::OnceCell<JournalRecovery>,
+    /// Where the search for a journal device starts (spreads ties).
+    journal_rr: AtomicUsize,
+    /// The smallest value limit of any device: every journal record must fit it.
+    journal_value_bytes_max: usize,
 }
 
 impl std::fmt::Debug for Rails {
@@ -141,10 +268,26 @@ impl std::fmt::Debug for Rails {
     }
 }
 
+/// Whether an error means the device is gone (fail-stop), not that one operation failed.
+fn fatal(e: &DeviceError) -> bool {
+    matches!(e, DeviceError::Failed { .. } | DeviceError::Io { .. })
+}
+
+fn reserved_key(key: &[u8]) -> DeviceError {
+    DeviceError::Config(format!(
+        "key {:02x?} starts with 0x{:02x}, which rails reserves for its journal (docs/rails.md)",
+        &key[..key.len().min(8)],
+        journal::RESERVED_KEY_BYTE
+    ))
+}
+
 impl Rails {
     /// Wraps `devices` (device d has colour `colour_of[d]`) and starts one flusher task per
     /// device; call inside a tokio runtime. Returns the shared state and the wrapped devices to
-    /// hand to the reliability manager.
+    /// hand to the reliability manager. The first operation on any wrapped device first runs
+    /// [`Rails::recover`]; call it yourself to see its report or its errors (or use
+    /// [`Rails::open`]). Devices must come in the same order on every start: journal records
+    /// name their device by index.
     pub fn new(
         cfg: RailsConfig,
         devices: Vec<Arc<dyn Device>>,
@@ -163,6 +306,33 @@ impl Rails {
                 cfg.schedule.colours
             )));
         }
+        // With the journal, every device may hold journal records and a watermark.
+        let journalled = cfg.separation && cfg.durability == Durability::Journal;
+        for (d, dev) in devices.iter().enumerate().filter(|_| journalled) {
+            let l = dev.limits();
+            if l.key_bytes_min > journal::WATERMARK_KEY_BYTES
+                || l.key_bytes_max < journal::JOURNAL_KEY_BYTES
+            {
+                return Err(DeviceError::Config(format!(
+                    "device {d}: keys of {}-{} B cannot hold rails' {} and {} B journal keys",
+                    l.key_bytes_min,
+                    l.key_bytes_max,
+                    journal::WATERMARK_KEY_BYTES,
+                    journal::JOURNAL_KEY_BYTES
+                )));
+            }
+            if l.value_bytes_max <= RECORD_OVERHEAD_BYTES + l.key_bytes_max {
+                return Err(DeviceError::Config(format!(
+                    "device {d}: values of at most {} B leave no room for a journal record",
+                    l.value_bytes_max
+                )));
+            }
+        }
+        let journal_value_bytes_max = devices
+            .iter()
+            .map(|d| d.limits().value_bytes_max)
+            .min()
+            .unwrap_or(0);
         let schedule =
             Schedule::new(cfg.schedule).map_err(|e| DeviceError::Config(e.to_string()))?;
         let start = Instant::now();
@@ -174,11 +344,21 @@ impl Rails {
             .map(|inner| {
                 Arc::new(DeviceState {
                     inner,
-                    failed: std::sync::atomic::AtomicBool::new(false),
+                    failed: AtomicBool::new(false),
                     buffer: Mutex::new(WriteBuffer::new(cfg.write_buffer_bytes_max)),
                     work: Notify::new(),
                     room: Notify::new(),
                     counters: DeviceCounters::default(),
+                    flush_lock: tokio::sync::Mutex::new(()),
+                    sync_lock: tokio::sync::Mutex::new(()),
+                    journal_dirty: AtomicBool::new(false),
+                    next_tag: AtomicU64::new(1),
+                    wm_stored: AtomicU64::new(0),
+                    wm_durable: AtomicU64::new(0),
+                    journal_bytes: AtomicU64::new(0),
+                    held: Mutex::new(BTreeMap::new()),
+                    held_bytes: AtomicU64::new(0),
+                    lost: Mutex::new(Vec::new()),
                 })
             })
             .collect();
@@ -188,6 +368,9 @@ impl Rails {
             plan,
             start,
             devices: states,
+            recovery: tokio::sync::OnceCell::new(),
+            journal_rr: AtomicUsize::new(0),
+            journal_value_bytes_max,
         });
         let wrapped = (0..rails.devices.len())
             .map(|d| {
@@ -204,6 +387,37 @@ impl Rails {
             tokio::spawn(window_controller(Arc::downgrade(&rails)));
         }
         Ok((rails, wrapped))
+    }
+
+    /// [`Rails::new`], then [`Rails::recover`]: the devices are ready to serve when it returns.
+    pub async fn open(
+        cfg: RailsConfig,
+        devices: Vec<Arc<dyn Device>>,
+        colour_of: Vec<usize>,
+    ) -> Result<(Arc<Rails>, Vec<Arc<dyn Device>>, JournalRecovery), DeviceError> {
+        let (rails, wrapped) = Rails::new(cfg, devices, colour_of)?;
+        let report = rails.recover().await?;
+        Ok((rails, wrapped, report))
+    }
+
+    /// Replays the journal left by an earlier run (a power failure) before anything is served:
+    /// on every device, the records above the device's watermark, in tag order; then syncs,
+    /// moves the watermarks past them, and deletes the journal. Runs once (the first operation
+    /// on a wrapped device runs it too); later calls return the same report. Ignores roles: it
+    /// runs before reads are served. Refuses to run (every operation then fails with the same
+    /// error) when a watermark is corrupt or names another device (devices reordered).
+    pub async fn recover(&self) -> Result<JournalRecovery, DeviceError> {
+        self.recovery
+            .get_or_try_init(|| self.replay_journal())
+            .await
+            .cloned()
+    }
+
+    async fn ready(&self) -> Result<(), DeviceError> {
+        if self.recovery.initialized() {
+            return Ok(());
+        }
+        self.recover().await.map(|_| ())
     }
 
     /// Where reads should go now: the window's devices (every device with separation off).
@@ -250,47 +464,677 @@ impl Rails {
         &self.devices[d].counters
     }
 
-    /// Role and buffer of every device now.
+    /// Role, buffer and journal of every device now.
     pub fn snapshot(&self) -> Vec<DeviceSnapshot> {
         (0..self.devices.len())
             .map(|d| {
-                let b = self.devices[d].buffer.lock().unwrap();
+                let st = &self.devices[d];
+                let b = st.buffer.lock().unwrap();
                 DeviceSnapshot {
                     role: self.role(d),
                     buffer_bytes: b.bytes(),
                     buffer_keys: b.len(),
+                    journal_bytes: st.journal_bytes.load(Ordering::SeqCst),
                 }
             })
             .collect()
     }
 
     /// Writes every buffer out now, whatever the roles (shutdown, or before a crash-safe
-    /// checkpoint); reads may see write latency meanwhile.
+    /// checkpoint), syncs, and deletes the journal records this made useless; reads may see
+    /// write latency meanwhile.
     pub async fn drain(&self) -> Result<(), DeviceError> {
+        self.ready().await?;
         for d in 0..self.devices.len() {
-            flush_all(&self.devices[d], None).await?;
+            self.flush_all(d, None).await?;
+        }
+        if self.journalled() {
+            for w in 0..self.devices.len() {
+                if !self.devices[w].failed.load(Ordering::SeqCst) {
+                    self.delete_dead_records(w, None).await?;
+                }
+            }
         }
         Ok(())
     }
-}
 
-impl DeviceState {
-    fn fail(&self) {
-        if !self.failed.swap(true, Ordering::SeqCst) {
+    /// Buffered writes are journalled.
+    fn journalled(&self) -> bool {
+        self.cfg.separation && self.cfg.durability == Durability::Journal
+    }
+
+    fn is_failed(&self, d: usize) -> bool {
+        self.devices[d].failed.load(Ordering::SeqCst)
+    }
+
+    /// Device `d` failed: drops its buffer, so writers never wait on it, and the journal around
+    /// it (its own records are of no more use; those it held for others went with it).
+    fn fail_device(&self, d: usize) {
+        let st = &self.devices[d];
+        if !st.failed.swap(true, Ordering::SeqCst) {
             let dropped = {
-                let mut b = self.buffer.lock().unwrap();
+                let mut b = st.buffer.lock().unwrap();
                 let n = b.len();
                 b.clear();
                 n
             };
             tracing::warn!(
+                device = d,
                 dropped,
                 "device failed; its buffered writes are dropped for rebuild"
             );
+            st.wm_durable.store(u64::MAX, Ordering::SeqCst);
+            self.drop_held(d);
+            self.wake_holders();
         }
-        self.room.notify_waiters();
+        st.room.notify_waiters();
     }
 
+    /// Forgets the journal records device `w` holds (it failed: they are gone); their
+    /// targets journal the writes still buffered again at their next sync.
+    fn drop_held(&self, w: usize) {
+        let held = std::mem::take(&mut *self.devices[w].held.lock().unwrap());
+        for ((t, g), cost) in held {
+            self.devices[w].held_bytes.fetch_sub(cost, Ordering::SeqCst);
+            let ts = &self.devices[t as usize];
+            ts.journal_bytes.fetch_sub(cost, Ordering::SeqCst);
+            if t as usize != w {
+                ts.lost.lock().unwrap().push(g);
+            }
+            ts.room.notify_waiters();
+        }
+    }
+
+    /// Journals again the buffered writes to `d` whose records were on a device that failed.
+    async fn rejournal_lost(&self, d: usize) -> Result<(), DeviceError> {
+        let st = &self.devices[d];
+        let lost: std::collections::BTreeSet<u64> = std::mem::take(&mut *st.lost.lock().unwrap())
+            .into_iter()
+            .collect();
+        if lost.is_empty() {
+            return Ok(());
+        }
+        let again = st.buffer.lock().unwrap().tagged(&lost);
+        for (i, f) in again.iter().enumerate() {
+            let cost = journal::record_bytes(f.key.len(), &f.op) as u64;
+            st.journal_bytes.fetch_add(cost, Ordering::SeqCst);
+            if let Err(e) = self.journal(d, f.tag, &f.key, &f.op).await {
+                st.lost
+                    .lock()
+                    .unwrap()
+                    .extend(again[i..].iter().map(|f| f.tag));
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes every write acknowledged to `d` durable (see [`Separated::sync`]).
+    async fn sync_target(&self, d: usize) -> Result<(), DeviceError> {
+        // A journal device failing meanwhile drops its records; they are written again
+        // elsewhere and the round repeats (a few times: a power failure fails everything).
+        let mut rounds = 0;
+        loop {
+            self.rejournal_lost(d).await?;
+            self.sync_device(d, false).await?;
+            let mut lost_one = None;
+            for w in (0..self.devices.len()).filter(|&w| w != d) {
+                let holds = {
+                    let held = self.devices[w].held.lock().unwrap();
+                    let t = d as u32;
+                    held.range((t, 0)..=(t, u64::MAX)).next().is_some()
+                };
+                if !holds {
+                    continue;
+                }
+                if let Err(e) = self.sync_device(w, true).await {
+                    if !fatal(&e) {
+                        return Err(e);
+                    }
+                    lost_one.get_or_insert(e);
+                }
+            }
+            match lost_one {
+                None if self.devices[d].lost.lock().unwrap().is_empty() => return Ok(()),
+                Some(e) if rounds >= 2 => return Err(e),
+                _ if rounds >= 2 => {
+                    return Err(DeviceError::Failed {
+                        reason: "journal devices kept failing during sync",
+                    })
+                }
+                _ => rounds += 1,
+            }
+        }
+    }
+
+    /// Wakes every flusher: some journal records may have become deletable.
+    fn wake_holders(&self) {
+        for st in &self.devices {
+            st.work.notify_one();
+        }
+    }
+
+    async fn apply(&self, d: usize, key: &[u8], op: &Pending) -> Result<(), DeviceError> {
+        let st = &self.devices[d];
+        let res = match op {
+            Pending::Store(v) => st.inner.store(key, v, StoreMode::Upsert).await,
+            Pending::Delete => st.inner.delete(key, false).await.map(|_| ()),
+        };
+        if res.as_ref().is_err_and(fatal) {
+            self.fail_device(d);
+        }
+        res
+    }
+
+    /// Syncs device `x` (with `only_if_dirty`, only when it holds journal records stored since
+    /// its last sync); a watermark stored before is durable afterwards.
+    async fn sync_device(&self, x: usize, only_if_dirty: bool) -> Result<(), DeviceError> {
+        let st = &self.devices[x];
+        let _g = st.sync_lock.lock().await;
+        let was_dirty = st.journal_dirty.swap(false, Ordering::SeqCst);
+        if only_if_dirty && !was_dirty {
+            return Ok(());
+        }
+        let stored = st.wm_stored.load(Ordering::SeqCst);
+        match st.inner.sync().await {
+            Ok(()) => {
+                if st.wm_durable.fetch_max(stored, Ordering::SeqCst) < stored {
+                    self.wake_holders();
+                }
+                Ok(())
+            }
+            Err(e) => {
+                st.journal_dirty.store(true, Ordering::SeqCst);
+                if fatal(&e) {
+                    self.fail_device(x);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The device to journal a write to `d` on: the healthy writer-role device other than `d`
+    /// holding the fewest journal bytes, else `d` itself if it writes (behind its backlog).
+    fn journal_device(&self, d: usize, tried: &[usize]) -> Option<usize> {
+        let n = self.devices.len();
+        let first = self.journal_rr.fetch_add(1, Ordering::Relaxed) % n;
+        let usable =
+            |w: usize| !tried.contains(&w) && !self.is_failed(w) && self.role(w) == Role::Writer;
+        (0..n)
+            .map(|i| (first + i) % n)
+            .filter(|&w| w != d && usable(w))
+            .min_by_key(|&w| self.devices[w].held_bytes.load(Ordering::SeqCst))
+            .or_else(|| usable(d).then_some(d))
+    }
+
+    /// Records the write tagged `tag` to device `d` in the journal (its `record_bytes` are
+    /// already reserved against `journal_bytes_max`). Returns once a record is stored, or the
+    /// device itself holds the write under a stored watermark. With every writer guarding it
+    /// waits for the next role change; with no other healthy device it has `d` take its
+    /// backlog, this write included, now (partial separation, never a lost write).
+    async fn journal(
+        &self,
+        d: usize,
+        tag: u64,
+        key: &[u8],
+        op: &Pending,
+    ) -> Result<(), DeviceError> {
+        let st = &self.devices[d];
+        let cost = journal::record_bytes(key.len(), op) as u64;
+        let release = || {
+            st.journal_bytes.fetch_sub(cost, Ordering::SeqCst);
+            st.room.notify_waiters();
+        };
+        let value = journal::encode_record(d as u32, tag, key, op);
+        let rkey = journal::record_key(d as u32, tag);
+        let mut tried = Vec::new();
+        loop {
+            if let Err(e) = st.check() {
+                release();
+                return Err(e);
+            }
+            if st.wm_stored.load(Ordering::SeqCst) >= tag {
+                // Already applied and under a stored watermark: a sync of `d` makes it durable.
+                release();
+                return Ok(());
+            }
+            match self.journal_device(d, &tried) {
+                Some(w) => {
+                    let hs = &self.devices[w];
+                    match hs.inner.store(&rkey, &value, StoreMode::Upsert).await {
+                        Ok(()) => {
+                            hs.journal_dirty.store(true, Ordering::SeqCst);
+                            hs.held.lock().unwrap().insert((d as u32, tag), cost);
+                            hs.held_bytes.fetch_add(cost, Ordering::SeqCst);
+                            if self.is_failed(w) {
+                                // It failed meanwhile; `fail_device` may have run before the insert.
+                                self.drop_held(w);
+                            }
+                            st.counters.journal_records.fetch_add(1, Ordering::Relaxed);
+                            st.counters
+                                .journal_bytes
+                                .fetch_add(value.len() as u64, Ordering::Relaxed);
+                            return Ok(());
+                        }
+                        Err(e) => {
+                            if fatal(&e) {
+                                self.fail_device(w);
+                            }
+                            tried.push(w);
+                        }
+                    }
+                }
+                None if (0..self.devices.len()).any(|x| x != d && !self.is_failed(x)) => {
+                    st.counters.journal_waits.fetch_add(1, Ordering::Relaxed);
+                    let now = self.now_ns();
+                    let next = self.plan.with_schedule(|s| s.next_change(now));
+                    tokio::time::sleep_until(self.start + std::time::Duration::from_nanos(next))
+                        .await;
+                    tried.clear();
+                }
+                None => {
+                    st.counters
+                        .journal_fallbacks
+                        .fetch_add(1, Ordering::Relaxed);
+                    let res = self.flush_all(d, None).await;
+                    release();
+                    return res;
+                }
+            }
+        }
+    }
+
+    /// Applies buffered operations to device `d` in arrival order while `keep_going` holds;
+    /// with the journal, takes checkpoints on the way and at the end, then makes the last
+    /// watermark durable.
+    async fn flush_all(
+        &self,
+        d: usize,
+        keep_going: Option<&(dyn Fn() -> bool + Sync)>,
+    ) -> Result<(), DeviceError> {
+        let st = &self.devices[d];
+        let journal = self.journalled();
+        let go = || keep_going.is_none_or(|k| k());
+        let (mut ops, mut bytes) = (0usize, 0u64);
+        loop {
+            let _g = st.flush_lock.lock().await;
+            if !go() {
+                return Ok(());
+            }
+            // Several keys at once: each key appears once in a batch, so order per key holds.
+            let batch = st
+                .buffer
+                .lock()
+                .unwrap()
+                .next_batch_tagged(FLUSH_BATCH_OPS_MAX);
+            if batch.is_empty() {
+                break;
+            }
+            let results = futures_util::future::join_all(batch.iter().map(|f| async move {
+                match &f.op {
+                    Pending::Store(v) => st
+                        .inner
+                        .store(&f.key, v, StoreMode::Upsert)
+                        .await
+                        .map(|_| v.len() as u64),
+                    Pending::Delete => st.inner.delete(&f.key, false).await.map(|_| 0),
+                }
+            }))
+            .await;
+            let mut first_error = None;
+            let mut done = Vec::new();
+            for (f, res) in batch.iter().zip(results) {
+                match res {
+                    Ok(b) => {
+                        done.push(f);
+                        st.counters.flushed_ops.fetch_add(1, Ordering::Relaxed);
+                        st.counters.flushed_bytes.fetch_add(b, Ordering::Relaxed);
+                        // What the applied operation keeps charged in the buffer.
+                        bytes += f.key.len() as u64 + b + crate::buffer::ENTRY_OVERHEAD_BYTES;
+                    }
+                    Err(e) => {
+                        if fatal(&e) {
+                            self.fail_device(d);
+                        }
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+            if journal {
+                // A batch counts whole or not at all: the watermark must never pass an
+                // operation the device lacks. The ones that did land are written again.
+                if let Some(e) = first_error {
+                    return Err(e);
+                }
+                let mut b = st.buffer.lock().unwrap();
+                for f in &done {
+                    b.applied(f.seq, &f.key);
+                }
+                ops += done.len();
+            } else {
+                {
+                    let mut b = st.buffer.lock().unwrap();
+                    for f in &done {
+                        b.flushed(f.seq, &f.key);
+                    }
+                }
+                st.room.notify_waiters();
+                if let Some(e) = first_error {
+                    return Err(e);
+                }
+                continue;
+            }
+            if ops >= CHECKPOINT_OPS_MAX || bytes >= self.cfg.write_buffer_bytes_max / 4 {
+                self.checkpoint(d).await?;
+                (ops, bytes) = (0, 0);
+            }
+        }
+        if journal && go() {
+            let _g = st.flush_lock.lock().await;
+            if st.buffer.lock().unwrap().has_applied() {
+                self.checkpoint(d).await?;
+            }
+            // Make the watermark durable as well, so the records it covers can be deleted.
+            if st.wm_stored.load(Ordering::SeqCst) > st.wm_durable.load(Ordering::SeqCst) {
+                self.sync_device(d, false).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Under `d`'s flush lock: syncs `d` (the applied operations become durable), stores the
+    /// watermark W = (oldest tag the device has not had, see
+    /// [`WriteBuffer::oldest_unapplied_tag`]) - 1, then lets the applied operations go.
+    async fn checkpoint(&self, d: usize) -> Result<(), DeviceError> {
+        let st = &self.devices[d];
+        let w = {
+            let b = st.buffer.lock().unwrap();
+            // Under the buffer lock: no tag is being handed out meanwhile.
+            let next = st.next_tag.load(Ordering::SeqCst);
+            b.oldest_unapplied_tag().unwrap_or(next) - 1
+        };
+        self.sync_device(d, false).await?;
+        if w > st.wm_stored.load(Ordering::SeqCst) {
+            let res = st
+                .inner
+                .store(
+                    &journal::watermark_key(d as u32),
+                    &journal::encode_watermark(d as u32, w),
+                    StoreMode::Upsert,
+                )
+                .await;
+            if let Err(e) = res {
+                if fatal(&e) {
+                    self.fail_device(d);
+                }
+                return Err(e);
+            }
+            st.wm_stored.store(w, Ordering::SeqCst);
+            st.counters.watermarks.fetch_add(1, Ordering::Relaxed);
+        }
+        // Every applied operation is durable now (an applied one above W only makes W lag; a
+        // replay of it rewrites the same value).
+        st.buffer.lock().unwrap().confirm_applied(u64::MAX);
+        st.room.notify_waiters();
+        Ok(())
+    }
+
+    /// Deletes, while `keep_going` holds, the journal records device `w` holds whose target's
+    /// durable watermark covers them.
+    async fn delete_dead_records(
+        &self,
+        w: usize,
+        keep_going: Option<&(dyn Fn() -> bool + Sync)>,
+    ) -> Result<(), DeviceError> {
+        let hs = &self.devices[w];
+        loop {
+            if keep_going.is_some_and(|k| !k()) {
+                return Ok(());
+            }
+            let batch: Vec<((u32, u64), u64)> = {
+                let held = hs.held.lock().unwrap();
+                let mut out = Vec::new();
+                for t in 0..self.devices.len() {
+                    let durable = self.devices[t].wm_durable.load(Ordering::SeqCst);
+                    let t = t as u32;
+                    out.extend(
+                        held.range((t, 0)..=(t, durable))
+                            .take(DELETE_BATCH_OPS_MAX - out.len())
+                            .map(|(k, c)| (*k, *c)),
+                    );
+                    if out.len() == DELETE_BATCH_OPS_MAX {
+                        break;
+                    }
+                }
+                out
+            };
+            if batch.is_empty() {
+                return Ok(());
+            }
+            let results = futures_util::future::join_all(batch.iter().map(|((t, g), _)| {
+                let key = journal::record_key(*t, *g);
+                async move { hs.inner.delete(&key, false).await }
+            }))
+            .await;
+            for (((t, g), cost), res) in batch.into_iter().zip(results) {
+                match res {
+                    Ok(_) => {
+                        if hs.held.lock().unwrap().remove(&(t, g)).is_some() {
+                            hs.held_bytes.fetch_sub(cost, Ordering::SeqCst);
+                            let ts = &self.devices[t as usize];
+                            ts.journal_bytes.fetch_sub(cost, Ordering::SeqCst);
+                            ts.counters.journal_deleted.fetch_add(1, Ordering::Relaxed);
+                            ts.room.notify_waiters();
+                        }
+                    }
+                    Err(e) => {
+                        if fatal(&e) {
+                            self.fail_device(w);
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The replay behind [`Rails::recover`].
+    async fn replay_journal(&self) -> Result<JournalRecovery, DeviceError> {
+        let n = self.devices.len();
+        let mut rep = JournalRecovery {
+            replayed_per_device: vec![0; n],
+            ..JournalRecovery::default()
+        };
+        let failed = |rep: &mut JournalRecovery, x: usize, e: &DeviceError| {
+            tracing::warn!(device = x, error = %e, "device failed during journal recovery");
+            self.fail_device(x);
+            if !rep.failed_devices.contains(&x) {
+                rep.failed_devices.push(x);
+            }
+        };
+        // 1. Each device's watermark.
+        let mut wm = vec![0u64; n];
+        for (d, st) in self.devices.iter().enumerate() {
+            if self.is_failed(d) {
+                continue;
+            }
+            let entries =
+                match iterate_all(st.inner.as_ref(), &journal::WATERMARK_KEY_PREFIX, true).await {
+                    Ok(e) => e,
+                    Err(e) if fatal(&e) => {
+                        failed(&mut rep, d, &e);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+            for e in entries {
+                let owner = journal::parse_watermark_key(&e.key);
+                let (dev, tag) = journal::decode_watermark(e.value.as_deref().unwrap_or(&[]))?;
+                if owner != Some(dev) || dev as usize != d {
+                    return Err(DeviceError::Config(format!(
+                        "device {d} holds the journal watermark of device {dev}: devices must \
+                         come in the order they had when the journal was written"
+                    )));
+                }
+                wm[d] = wm[d].max(tag);
+            }
+        }
+        // 2. Every journal record key, per (target, tag), with the devices holding it.
+        let mut records: BTreeMap<(u32, u64), Vec<usize>> = BTreeMap::new();
+        for (x, st) in self.devices.iter().enumerate() {
+            if self.is_failed(x) {
+                continue;
+            }
+            match iterate_all(st.inner.as_ref(), &journal::JOURNAL_KEY_PREFIX, false).await {
+                Ok(entries) => {
+                    for e in entries {
+                        rep.records_found += 1;
+                        match journal::parse_record_key(&e.key) {
+                            Some(k) => records.entry(k).or_default().push(x),
+                            None => rep.corrupt += 1,
+                        }
+                    }
+                }
+                Err(e) if fatal(&e) => failed(&mut rep, x, &e),
+                Err(e) => return Err(e),
+            }
+        }
+        // 3. Replay, per device in tag order, the records above its watermark.
+        let mut high = wm.clone();
+        for (&(t, g), holders) in &records {
+            let t = t as usize;
+            if t >= n {
+                rep.orphaned += 1;
+                continue;
+            }
+            high[t] = high[t].max(g);
+            if g <= wm[t] {
+                rep.stale += 1;
+                continue;
+            }
+            if self.is_failed(t) {
+                continue;
+            }
+            let mut record = None;
+            for &x in holders {
+                if self.is_failed(x) {
+                    continue;
+                }
+                let key = journal::record_key(t as u32, g);
+                match self.devices[x].inner.retrieve(&key, ReadRange::ALL).await {
+                    Ok(r) => match journal::decode_record(&key, &r.value) {
+                        Ok(rec) => {
+                            record = Some(rec);
+                            break;
+                        }
+                        Err(e) => {
+                            tracing::warn!(device = x, error = %e, "skipping a corrupt journal record");
+                            rep.corrupt += 1;
+                        }
+                    },
+                    Err(e) if fatal(&e) => failed(&mut rep, x, &e),
+                    Err(DeviceError::Corrupt { .. }) => rep.corrupt += 1,
+                    Err(e) => return Err(e),
+                }
+            }
+            let Some(rec) = record else { continue };
+            match self.apply(t, &rec.key, &rec.op).await {
+                Ok(()) => {
+                    rep.replayed += 1;
+                    rep.replayed_per_device[t] += 1;
+                    self.devices[t]
+                        .counters
+                        .journal_replayed
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) if fatal(&e) => failed(&mut rep, t, &e),
+                Err(e) => return Err(e),
+            }
+        }
+        // 4. Make the replays durable, then move each watermark past every record seen (so
+        //    they are never replayed again), durably; new tags start above.
+        for (t, st) in self.devices.iter().enumerate() {
+            if self.is_failed(t) {
+                continue;
+            }
+            if high[t] > wm[t] {
+                let res = async {
+                    st.inner.sync().await?;
+                    st.inner
+                        .store(
+                            &journal::watermark_key(t as u32),
+                            &journal::encode_watermark(t as u32, high[t]),
+                            StoreMode::Upsert,
+                        )
+                        .await?;
+                    st.inner.sync().await
+                }
+                .await;
+                match res {
+                    Ok(()) => {}
+                    Err(e) if fatal(&e) => {
+                        failed(&mut rep, t, &e);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            st.next_tag.store(high[t] + 1, Ordering::SeqCst);
+            st.wm_stored.store(high[t], Ordering::SeqCst);
+            st.wm_durable.store(high[t], Ordering::SeqCst);
+        }
+        // 5. Delete the records: all are now at or below a durable watermark (or orphaned). A
+        //    failed device's records stay; it may be brought back. A delete lost to a crash
+        //    leaves a stale record, which the next recovery skips and deletes.
+        let mut touched = vec![false; n];
+        for (&(t, g), holders) in &records {
+            let t = t as usize;
+            if t < n && self.is_failed(t) {
+                continue;
+            }
+            for &x in holders {
+                if self.is_failed(x) {
+                    continue;
+                }
+                match self.devices[x]
+                    .inner
+                    .delete(&journal::record_key(t as u32, g), false)
+                    .await
+                {
+                    Ok(_) => {
+                        rep.deleted += 1;
+                        touched[x] = true;
+                        if t < n {
+                            self.devices[t]
+                                .counters
+                                .journal_deleted
+                                .fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Err(e) if fatal(&e) => failed(&mut rep, x, &e),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        for (x, _) in touched.iter().enumerate().filter(|(_, t)| **t) {
+            if self.is_failed(x) {
+                continue;
+            }
+            if let Err(e) = self.devices[x].inner.sync().await {
+                if !fatal(&e) {
+                    return Err(e);
+                }
+                failed(&mut rep, x, &e);
+            }
+        }
+        if rep.records_found > 0 {
+            tracing::info!(?rep, "journal recovered");
+        }
+        Ok(rep)
+    }
+}
+
+impl DeviceState {
     fn check(&self) -> Result<(), DeviceError> {
         if self.failed.load(Ordering::SeqCst) {
             return Err(DeviceError::Failed {
@@ -298,56 +1142,6 @@ impl DeviceState {
             });
         }
         Ok(())
-    }
-}
-
-/// Applies buffered operations to the device in arrival order while `keep_going` holds.
-async fn flush_all(
-    st: &DeviceState,
-    keep_going: Option<&(dyn Fn() -> bool + Sync)>,
-) -> Result<(), DeviceError> {
-    loop {
-        if keep_going.is_some_and(|k| !k()) {
-            return Ok(());
-        }
-        // Several keys at once: each key appears once in a batch, so order per key holds.
-        let batch = st.buffer.lock().unwrap().next_batch(FLUSH_BATCH_OPS_MAX);
-        if batch.is_empty() {
-            return Ok(());
-        }
-        let results = futures_util::future::join_all(batch.iter().map(|(_, key, op)| async move {
-            match op {
-                Pending::Store(v) => st
-                    .inner
-                    .store(key, v, StoreMode::Upsert)
-                    .await
-                    .map(|_| v.len() as u64),
-                Pending::Delete => st.inner.delete(key, false).await.map(|_| 0),
-            }
-        }))
-        .await;
-        let mut first_error = None;
-        for ((seq, key, _), res) in batch.iter().zip(results) {
-            match res {
-                Ok(bytes) => {
-                    st.buffer.lock().unwrap().flushed(*seq, key);
-                    st.counters.flushed_ops.fetch_add(1, Ordering::Relaxed);
-                    st.counters
-                        .flushed_bytes
-                        .fetch_add(bytes, Ordering::Relaxed);
-                }
-                Err(e) => {
-                    if matches!(e, DeviceError::Failed { .. } | DeviceError::Io { .. }) {
-                        st.fail();
-                    }
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        st.room.notify_waiters();
-        if let Some(e) = first_error {
-            return Err(e);
-        }
     }
 }
 
@@ -365,7 +1159,9 @@ async fn window_controller(rails: std::sync::Weak<Rails>) {
         let sums = r.devices.iter().fold((0, 0), |acc, st| {
             (
                 acc.0 + st.counters.read_bytes.load(Ordering::Relaxed),
-                acc.1 + st.counters.written_bytes.load(Ordering::Relaxed),
+                acc.1
+                    + st.counters.written_bytes.load(Ordering::Relaxed)
+                    + st.counters.journal_bytes.load(Ordering::Relaxed),
             )
         });
         let frame_s = r.cfg.schedule.frame.as_secs_f64();
@@ -381,7 +1177,7 @@ async fn window_controller(rails: std::sync::Weak<Rails>) {
             window_max: sched.window_max,
             read_bytes_per_s: a.read_bytes_per_s,
             write_bytes_per_s: a.write_bytes_per_s,
-            // Device bytes already include every piece, so each counts once.
+            // Device bytes already include every piece (and journal record), so each counts once.
             write_factor: 1.0,
         }
         .choose(reads, writes);
@@ -397,8 +1193,9 @@ async fn window_controller(rails: std::sync::Weak<Rails>) {
     }
 }
 
-/// One device's flusher: writes its buffer out whenever it is a writer, compacts it then, and
-/// sleeps until its role changes or new work arrives.
+/// One device's flusher: writes its buffer out whenever it is a writer, compacts it then,
+/// deletes the journal records it holds that are no longer needed, and sleeps until its role
+/// changes or new work arrives.
 async fn flusher(rails: std::sync::Weak<Rails>, d: usize) {
     // The frame in which this device last compacted: once per writer stint is enough.
     let mut compacted_in: Option<u64> = None;
@@ -415,7 +1212,7 @@ async fn flusher(rails: std::sync::Weak<Rails>, d: usize) {
                 let r = r.clone();
                 move || r.role(d) == Role::Writer
             };
-            if let Err(e) = flush_all(&st, Some(&check)).await {
+            if let Err(e) = r.flush_all(d, Some(&check)).await {
                 tracing::warn!(device = d, error = %e, "flush failed; retrying at the next role change");
                 failed_now = true;
             } else if r.cfg.compact_budget_bytes > 0
@@ -427,6 +1224,12 @@ async fn flusher(rails: std::sync::Weak<Rails>, d: usize) {
                     if s.segments_freed > 0 {
                         st.counters.compactions.fetch_add(1, Ordering::Relaxed);
                     }
+                }
+            }
+            if !failed_now && r.journalled() && !r.is_failed(d) {
+                if let Err(e) = r.delete_dead_records(d, Some(&check)).await {
+                    tracing::warn!(device = d, error = %e, "journal deletes failed; retrying at the next role change");
+                    failed_now = true;
                 }
             }
         }
@@ -450,6 +1253,18 @@ pub struct Separated {
     d: usize,
 }
 
+enum Placed {
+    /// In the buffer, with its journal tag when journalled.
+    Buffered(Option<u64>),
+    /// Straight to the device: it writes and nothing waits before it.
+    Direct,
+    /// To the device past its backlog (partial separation), with its journal tag when
+    /// journalled (without, the older buffered operation on the key is already gone).
+    Bypass(Option<u64>),
+    /// No room: wait.
+    Full,
+}
+
 impl Separated {
     fn st(&self) -> &DeviceState {
         &self.rails.devices[self.d]
@@ -457,86 +1272,102 @@ impl Separated {
 
     /// Sends a write now or buffers it, by role; waits for room when the buffer is full.
     async fn write(&self, key: &[u8], op: Pending) -> Result<(), DeviceError> {
-        let st = self.st();
+        let (r, d, st) = (&self.rails, self.d, self.st());
+        r.ready().await?;
         if let Pending::Store(v) = &op {
             st.counters
                 .written_bytes
                 .fetch_add(v.len() as u64, Ordering::Relaxed);
         }
-        if !self.rails.cfg.separation {
-            return apply(st, key, &op).await;
+        if !r.cfg.separation {
+            return r.apply(d, key, &op).await;
         }
         loop {
             st.check()?;
             let room = st.room.notified();
             match self.place(key, &op) {
-                Placed::Buffered => return Ok(()),
-                Placed::Direct => return apply(st, key, &op).await,
+                Placed::Buffered(None) => return Ok(()),
+                Placed::Buffered(Some(tag)) => return r.journal(d, tag, key, &op).await,
+                Placed::Direct | Placed::Bypass(None) => return r.apply(d, key, &op).await,
+                Placed::Bypass(Some(tag)) => {
+                    r.journal(d, tag, key, &op).await?;
+                    // Under the flush lock no batch or checkpoint runs: this write lands before
+                    // any watermark is taken, and only then does the older buffered operation
+                    // on the key go (a failed write leaves it, so nothing acknowledged is lost).
+                    let _g = st.flush_lock.lock().await;
+                    if st.buffer.lock().unwrap().pending_tag(key) > Some(tag) {
+                        // A newer write to the key waits in the buffer: this one is superseded.
+                        return Ok(());
+                    }
+                    r.apply(d, key, &op).await?;
+                    st.buffer.lock().unwrap().discard_older(key, tag);
+                    st.room.notify_waiters();
+                    return Ok(());
+                }
                 Placed::Full => room.await,
             }
         }
     }
 
-    /// Decides, under the buffer lock, where a write goes.
+    /// Decides, under the buffer lock, where a write goes; hands out its journal tag.
     fn place(&self, key: &[u8], op: &Pending) -> Placed {
-        let st = self.st();
-        let role = self.rails.role(self.d);
+        let (r, st) = (&self.rails, self.st());
+        let journal = r.journalled();
+        let role = r.role(self.d);
         let mut b = st.buffer.lock().unwrap();
         // A writer with nothing pending writes directly; otherwise order needs the buffer (a
-        // writer still flushing keeps taking writes behind its backlog).
-        if role == Role::Writer && b.is_empty() {
+        // writer still flushing keeps taking writes behind its backlog). With the journal the
+        // stored watermark must also cover every tag handed out, or a journal record of an
+        // older write on this key could be replayed over this one.
+        let covered = !journal
+            || st.wm_stored.load(Ordering::SeqCst) + 1 >= st.next_tag.load(Ordering::SeqCst);
+        if role == Role::Writer && b.is_empty() && covered {
             st.counters.direct_ops.fetch_add(1, Ordering::Relaxed);
             return Placed::Direct;
         }
-        match b.push(key, op.clone()) {
-            Ok(()) => {
-                st.counters.buffered_ops.fetch_add(1, Ordering::Relaxed);
-                if role == Role::Writer {
-                    st.work.notify_one();
-                }
-                Placed::Buffered
+        let cost = journal::record_bytes(key.len(), op) as u64;
+        let journal_room = !journal || {
+            let held = st.journal_bytes.load(Ordering::SeqCst);
+            held == 0 || held + cost <= r.cfg.journal_bytes_max
+        };
+        let take_tag = || {
+            st.journal_bytes.fetch_add(cost, Ordering::SeqCst);
+            st.next_tag.fetch_add(1, Ordering::SeqCst)
+        };
+        if journal_room && b.fits(key, op) {
+            let tag = journal.then(take_tag);
+            b.push_tagged(key, op.clone(), tag.unwrap_or(0))
+                .expect("checked that it fits");
+            st.counters.buffered_ops.fetch_add(1, Ordering::Relaxed);
+            if role == Role::Writer {
+                st.work.notify_one();
             }
-            Err(BufferError::Full { .. }) if self.rails.cfg.partial_when_full => {
-                // Partial separation: the device takes it now. An older buffered op on this key
-                // goes, so it cannot overwrite this one when flushed.
-                b.discard(key);
-                st.counters.partial_ops.fetch_add(1, Ordering::Relaxed);
-                Placed::Direct
-            }
-            Err(BufferError::Full { .. }) => {
-                st.counters
-                    .backpressure_waits
-                    .fetch_add(1, Ordering::Relaxed);
-                Placed::Full
-            }
+            return Placed::Buffered(tag);
         }
+        if journal_room && r.cfg.partial_when_full {
+            // Partial separation: the device takes it now. An older buffered op on this key
+            // goes, so it cannot overwrite this one when flushed.
+            st.counters.partial_ops.fetch_add(1, Ordering::Relaxed);
+            if journal {
+                return Placed::Bypass(Some(take_tag()));
+            }
+            b.discard(key);
+            return Placed::Bypass(None);
+        }
+        st.counters
+            .backpressure_waits
+            .fetch_add(1, Ordering::Relaxed);
+        Placed::Full
     }
-}
-
-enum Placed {
-    Buffered,
-    Direct,
-    Full,
-}
-
-async fn apply(st: &DeviceState, key: &[u8], op: &Pending) -> Result<(), DeviceError> {
-    let res = match op {
-        Pending::Store(v) => st.inner.store(key, v, StoreMode::Upsert).await,
-        Pending::Delete => st.inner.delete(key, false).await.map(|_| ()),
-    };
-    if matches!(
-        res,
-        Err(DeviceError::Failed { .. } | DeviceError::Io { .. })
-    ) {
-        st.fail();
-    }
-    res
 }
 
 #[async_trait]
 impl Device for Separated {
     async fn store(&self, key: &[u8], value: &[u8], mode: StoreMode) -> Result<(), DeviceError> {
         self.limits().check(key, value)?;
+        if journal::is_reserved(key) {
+            return Err(reserved_key(key));
+        }
         if mode != StoreMode::Upsert {
             let exists = self.exist(&[key]).await?[0];
             mode.check(key, exists)?;
@@ -546,7 +1377,11 @@ impl Device for Separated {
 
     async fn retrieve(&self, key: &[u8], range: ReadRange) -> Result<Retrieved, DeviceError> {
         let st = self.st();
+        self.rails.ready().await?;
         st.check()?;
+        if journal::is_reserved(key) {
+            return Err(DeviceError::KeyNotFound { key: key.to_vec() });
+        }
         let buffered = st.buffer.lock().unwrap().get(key).cloned();
         match buffered {
             Some(Pending::Store(v)) => {
@@ -573,6 +1408,9 @@ impl Device for Separated {
     }
 
     async fn delete(&self, key: &[u8], must_exist: bool) -> Result<bool, DeviceError> {
+        if journal::is_reserved(key) {
+            return Err(reserved_key(key));
+        }
         let existed = self.exist(&[key]).await?[0];
         if must_exist && !existed {
             return Err(DeviceError::KeyNotFound { key: key.to_vec() });
@@ -581,12 +1419,20 @@ impl Device for Separated {
         Ok(existed)
     }
 
+    /// Rails' own keys never exist here.
     async fn exist(&self, keys: &[&[u8]]) -> Result<Vec<bool>, DeviceError> {
         let st = self.st();
+        self.rails.ready().await?;
         let known: Vec<Option<bool>> = {
             let b = st.buffer.lock().unwrap();
             keys.iter()
-                .map(|k| b.get(k).map(|op| matches!(op, Pending::Store(_))))
+                .map(|k| {
+                    if journal::is_reserved(k) {
+                        Some(false)
+                    } else {
+                        b.get(k).map(|op| matches!(op, Pending::Store(_)))
+                    }
+                })
                 .collect()
         };
         let ask: Vec<&[u8]> = keys
@@ -607,15 +1453,28 @@ impl Device for Separated {
             .collect())
     }
 
-    /// The device's keys with the buffer laid over them.
+    /// The device's keys with the buffer laid over them; rails' own keys (all after every
+    /// other key, as they start with 0xFF) are left out.
     async fn iterate(&self, req: &IterRequest) -> Result<IterBatch, DeviceError> {
         let st = self.st();
-        let batch = st.inner.iterate(req).await?;
+        self.rails.ready().await?;
+        if journal::is_reserved(&req.prefix) {
+            return Ok(IterBatch::default());
+        }
+        let mut batch = st.inner.iterate(req).await?;
+        if let Some(i) = batch
+            .entries
+            .iter()
+            .position(|e| journal::is_reserved(&e.key))
+        {
+            batch.entries.truncate(i);
+            batch.more = false;
+        }
         let upper = batch
             .more
             .then(|| batch.entries.last().map(|e| e.key.clone()))
             .flatten();
-        let mut merged: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> = batch
+        let mut merged: BTreeMap<Vec<u8>, Option<Vec<u8>>> = batch
             .entries
             .into_iter()
             .map(|e| (e.key, e.value))
@@ -657,8 +1516,16 @@ impl Device for Separated {
         self.st().inner.info().await
     }
 
+    /// Makes every write acknowledged before it durable: syncs the device and, with the
+    /// journal, the devices holding journal records of its writes that were stored since their
+    /// last sync. Writes whose journal device failed are journalled again elsewhere first.
     async fn sync(&self) -> Result<(), DeviceError> {
-        self.st().inner.sync().await
+        let r = &self.rails;
+        r.ready().await?;
+        if !r.journalled() {
+            return self.st().inner.sync().await;
+        }
+        r.sync_target(self.d).await
     }
 
     /// Housekeeping only while a writer; the flusher also compacts then.
@@ -669,7 +1536,18 @@ impl Device for Separated {
         self.st().inner.compact(budget_bytes).await
     }
 
+    /// The device's limits; with the journal, values are shorter by a journal record's
+    /// overhead and the longest key, so every value this device accepts can be journalled on
+    /// any device of the array.
     fn limits(&self) -> Limits {
-        self.st().inner.limits()
+        let mut l = self.st().inner.limits();
+        if self.rails.journalled() {
+            let room = self
+                .rails
+                .journal_value_bytes_max
+                .saturating_sub(RECORD_OVERHEAD_BYTES + l.key_bytes_max);
+            l.value_bytes_max = l.value_bytes_max.min(room);
+        }
+        l
     }
 }

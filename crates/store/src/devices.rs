@@ -4,7 +4,7 @@
 use crate::config::{DeviceKind, StoreConfig};
 use crate::error::{Result, StoreError};
 use railstore_device::{
-    Device, FileConfig, FileDevice, MemConfig, MemDevice, SimConfig, SimDevice,
+    CompactionPolicy, Device, FileConfig, FileDevice, MemConfig, MemDevice, SimConfig, SimDevice,
 };
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -49,6 +49,12 @@ pub(crate) fn open_device(cfg: &StoreConfig, i: usize) -> Result<Opened> {
             FileConfig {
                 capacity_bytes: d.capacity_bytes,
                 direct_io: d.direct_io,
+                // Under separation a device compacts only while it writes (rails asks).
+                compaction: if cfg.separation.is_some() {
+                    CompactionPolicy::Manual
+                } else {
+                    FileConfig::default().compaction
+                },
                 ..FileConfig::default()
             },
         )

@@ -305,6 +305,21 @@ impl Store {
                 };
                 let (rails, wrapped) = Rails::new(rails_cfg, raw, colour_of)
                     .map_err(|e| StoreError::Config(format!("separation: {e}")))?;
+                // Buffered writes a crash cut off come back from the journal before anything
+                // is read.
+                let r = rails.recover().await.map_err(|source| StoreError::Device {
+                    what: "replaying the separation journal",
+                    source,
+                })?;
+                if r.records_found > 0 {
+                    tracing::info!(
+                        found = r.records_found,
+                        replayed = r.replayed,
+                        stale = r.stale,
+                        corrupt = r.corrupt,
+                        "separation journal replayed"
+                    );
+                }
                 (Some(rails), wrapped)
             }
             None => (None, raw),
