@@ -8,3 +8,4 @@ pub mod meter;
 pub mod mixed;
 pub mod plot;
 pub mod progress;
+pub mod s3load;

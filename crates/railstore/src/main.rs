@@ -1,6 +1,8 @@
 //! The `railstore` command line: picks devices and coders and runs the jobs.
 
 mod mttdl_cmd;
+mod s3_bench_cmd;
+mod server_cmd;
 
 use clap::{Parser, Subcommand};
 use railstore_bench::device::{DeviceBenchArgs, SimValidationArgs};
@@ -19,6 +21,17 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Serve the store over S3 (the main job): the embedded default without a configuration.
+    Serve(server_cmd::ServeArgs),
+    /// Initialise a configuration file with every setting, commented.
+    Init(server_cmd::InitArgs),
+    /// Devices, roles, buffers, capacity and health of a store (asks the running server when
+    /// the data folder is in use).
+    Status(server_cmd::StatusArgs),
+    /// Verify every object and repair what is damaged, missing or half-written (offline).
+    Scrub(server_cmd::ScrubArgs),
+    /// Rebuild one device of the array from the others (offline).
+    Rebuild(server_cmd::RebuildArgs),
     /// Benchmark the erasure coders the way EC-Bench does (encode/decode sweeps over k, m,
     /// chunk size, engine and threads).
     EcBench(Box<EcBenchArgs>),
@@ -48,11 +61,28 @@ enum BenchCommand {
     /// without writes (Flash on Rails §4.4, eRails §7): read tail latency, write throughput
     /// against the eRails bound, buffers over time.
     Mixed(Box<MixedBenchArgs>),
+    /// An S3 load generator (warp-like): PUT, GET or mixed against an in-process server (or
+    /// `--endpoint`), with the store's own throughput for the same objects as the baseline.
+    S3(Box<s3_bench_cmd::S3BenchArgs>),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Serve(args) => {
+            logging();
+            server_cmd::serve(&args)
+        }
+        Command::Init(args) => server_cmd::init(&args),
+        Command::Status(args) => server_cmd::status(&args),
+        Command::Scrub(args) => {
+            logging();
+            server_cmd::scrub(&args)
+        }
+        Command::Rebuild(args) => {
+            logging();
+            server_cmd::rebuild(&args)
+        }
         Command::EcBench(args) => railstore_bench::ec::run(&args).map(|_| ()),
         Command::Mttdl(args) => mttdl_cmd::run(&args),
         Command::Bench { what } => match what {
@@ -61,6 +91,20 @@ fn main() -> anyhow::Result<()> {
             BenchCommand::Kv(args) => railstore_bench::kv::run(&args),
             BenchCommand::Rebuild(args) => railstore_bench::kv::run_rebuild(&args),
             BenchCommand::Mixed(args) => railstore_bench::mixed::run(&args),
+            BenchCommand::S3(args) => s3_bench_cmd::run(&args),
         },
     }
+}
+
+/// Logs to stderr; `RUST_LOG` overrides the default of `info` for railstore and warnings
+/// for everything else.
+fn logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        EnvFilter::new("warn,s3s=off,railstore=info,railstore_store=info,railstore_s3=info,railstore_rails=info")
+    });
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }

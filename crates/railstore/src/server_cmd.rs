@@ -1,0 +1,564 @@
+//! `railstore serve`, `init`, `status`, `scrub` and `rebuild`: the store as a running service,
+//! and its upkeep.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use railstore_store::{
+    RepairOptions, RepairProgress, RepairReport, Store, StoreConfig, StoreStatus, EXAMPLE_TOML,
+};
+use serde::Deserialize;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where the configuration comes from (shared by every store command).
+#[derive(Args, Debug, Clone)]
+pub struct ConfigArgs {
+    /// Configuration file (TOML; `railstore init` writes a commented one). Without it, the
+    /// embedded default: 6 file devices in ./railstore-data, RS(3,3) with read/write
+    /// separation, hybrid policy.
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// Data folder (overrides the file's `data_dir`).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+}
+
+/// The `[server]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    /// Listening address.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// Region requests are signed for.
+    #[serde(default = "default_region")]
+    pub region: String,
+    /// Access key id.
+    pub access_key: Option<String>,
+    /// Secret key.
+    pub secret_key: Option<String>,
+}
+
+fn default_listen() -> SocketAddr {
+    "127.0.0.1:9000".parse().expect("a valid address")
+}
+
+fn default_region() -> String {
+    "us-east-1".into()
+}
+
+impl Default for ServerSection {
+    fn default() -> Self {
+        ServerSection {
+            listen: default_listen(),
+            region: default_region(),
+            access_key: None,
+            secret_key: None,
+        }
+    }
+}
+
+/// The whole configuration: the store's, and the server's.
+pub struct Loaded {
+    pub store: StoreConfig,
+    pub server: ServerSection,
+}
+
+impl ConfigArgs {
+    /// Reads the file (if any) and applies the overrides.
+    pub fn load(&self) -> Result<Loaded> {
+        let (mut store, server) = match &self.config {
+            None => (StoreConfig::default(), ServerSection::default()),
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                let mut table: toml::Table =
+                    toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+                let server = match table.remove("server") {
+                    Some(v) => v
+                        .try_into()
+                        .with_context(|| format!("[server] in {}", path.display()))?,
+                    None => ServerSection::default(),
+                };
+                let store = StoreConfig::from_table(table)
+                    .with_context(|| format!("in {}", path.display()))?;
+                (store, server)
+            }
+        };
+        if let Some(d) = &self.data_dir {
+            store.data_dir = d.clone();
+        }
+        Ok(Loaded { store, server })
+    }
+}
+
+/// The access key pair: from the configuration, else the one kept in the data folder, else a
+/// new one (written there). Returns the pair and whether it was just generated.
+pub fn credentials(server: &ServerSection, data_dir: &Path) -> Result<(String, String, bool)> {
+    if let (Some(a), Some(s)) = (&server.access_key, &server.secret_key) {
+        return Ok((a.clone(), s.clone(), false));
+    }
+    if server.access_key.is_some() != server.secret_key.is_some() {
+        bail!("[server] needs both access_key and secret_key, or neither");
+    }
+    let path = data_dir.join("credentials.toml");
+    if path.exists() {
+        #[derive(Deserialize)]
+        struct Keys {
+            access_key: String,
+            secret_key: String,
+        }
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let k: Keys =
+            toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        return Ok((k.access_key, k.secret_key, false));
+    }
+    use rand::Rng;
+    let mut rng = rand::thread_rng();
+    const UPPER: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+    const ANY: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let access: String = "RS"
+        .chars()
+        .chain((0..18).map(|_| UPPER[rng.gen_range(0..UPPER.len())] as char))
+        .collect();
+    let secret: String = (0..40)
+        .map(|_| ANY[rng.gen_range(0..ANY.len())] as char)
+        .collect();
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("creating {}", data_dir.display()))?;
+    let text = format!(
+        "# railstore's generated S3 access key pair; [server] in the configuration overrides it.\n\
+         access_key = \"{access}\"\nsecret_key = \"{secret}\"\n"
+    );
+    write_private(&path, &text)?;
+    Ok((access, secret, true))
+}
+
+fn write_private(path: &Path, text: &str) -> Result<()> {
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let mut f = opts
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    Ok(())
+}
+
+/// `railstore serve`. `--help` ends with the configuration file, every setting commented.
+#[derive(Args, Debug)]
+#[command(after_long_help = EXAMPLE_TOML)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Listening address (overrides `[server].listen`).
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+pub fn serve(args: &ServeArgs) -> Result<()> {
+    let mut loaded = args.config.load()?;
+    if let Some(l) = args.listen {
+        loaded.server.listen = l;
+    }
+    let Loaded { store: cfg, server } = loaded;
+    let (access_key, secret_key, generated) = credentials(&server, &cfg.data_dir)?;
+    let rt = runtime()?;
+    rt.block_on(async move {
+        tracing::info!(data_dir = %cfg.data_dir.display(), "opening the store");
+        let store = Store::open(cfg.clone())
+            .await
+            .context("opening the store")?;
+        let status = store.status().await;
+        for d in &status.devices {
+            tracing::info!(
+                device = d.index,
+                colour = d.colour,
+                path = d.path.as_deref().unwrap_or("(memory)"),
+                capacity_bytes = d.capacity_bytes,
+                "device ({:?})",
+                cfg.devices.kind
+            );
+        }
+        tracing::info!(policy = %status.policy, "redundancy");
+        match &cfg.separation {
+            Some(s) => tracing::info!(
+                frame_ms = s.frame.as_millis() as u64,
+                window = s.window,
+                guard_ms = s.guard.as_millis() as u64,
+                write_buffer_bytes_max = s.write_buffer_bytes_max,
+                "read/write separation on"
+            ),
+            None => tracing::info!("read/write separation off"),
+        }
+        tracing::info!(
+            buckets = status.buckets,
+            objects = status.objects,
+            bytes = status.object_bytes,
+            "contents"
+        );
+        if generated {
+            tracing::info!(
+                access_key = %access_key,
+                secret_key = %secret_key,
+                file = %cfg.data_dir.join("credentials.toml").display(),
+                "generated an access key pair (kept in the file named here)"
+            );
+        } else {
+            tracing::info!(access_key = %access_key, "S3 access key");
+        }
+        if store.unclean_start() {
+            tracing::warn!("the last run did not shut down cleanly; scrubbing in the background");
+            let s = store.clone();
+            tokio::spawn(async move {
+                let progress = Arc::new(RepairProgress::default());
+                match s.scrub(RepairOptions::default(), progress).await {
+                    Ok(r) => tracing::info!(
+                        objects = r.objects,
+                        repaired = r.objects_repaired,
+                        lost = r.objects_lost.len(),
+                        "scrub after an unclean shutdown done"
+                    ),
+                    Err(e) => tracing::error!(error = %e, "scrub after an unclean shutdown failed"),
+                }
+            });
+        }
+        let s3 = railstore_s3::S3Config {
+            listen: server.listen,
+            region: server.region.clone(),
+            access_key,
+            secret_key,
+            domain: None,
+        };
+        let bound = railstore_s3::bind(store.clone(), s3)
+            .await
+            .with_context(|| format!("listening on {}", server.listen))?;
+        tracing::info!(
+            "metrics at http://{}/metrics, status at http://{}/status",
+            bound.local_addr(),
+            bound.local_addr()
+        );
+        bound.serve(stop_signal()).await?;
+        tracing::info!("stopping: flushing buffers and closing devices");
+        store.shutdown().await?;
+        anyhow::Ok(())
+    })
+}
+
+/// `railstore init`.
+#[derive(Args, Debug)]
+pub struct InitArgs {
+    /// Where to write the example configuration.
+    #[arg(default_value = "railstore.toml")]
+    pub path: PathBuf,
+    /// Replace an existing file.
+    #[arg(long)]
+    pub force: bool,
+}
+
+pub fn init(args: &InitArgs) -> Result<()> {
+    if args.path.exists() && !args.force {
+        bail!("{} exists; pass --force to replace it", args.path.display());
+    }
+    std::fs::write(&args.path, EXAMPLE_TOML)
+        .with_context(|| format!("writing {}", args.path.display()))?;
+    println!(
+        "wrote {}; start with: railstore serve --config {}",
+        args.path.display(),
+        args.path.display()
+    );
+    Ok(())
+}
+
+/// `railstore status`.
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Ask a running server at this address (host:port) instead of reading the data folder;
+    /// by default the server's configured address is asked when the data folder is in use.
+    #[arg(long)]
+    pub server: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// GET `path` from a server over plain HTTP/1.1; returns the body.
+fn http_get(addr: &str, path: &str) -> Result<String> {
+    let mut s =
+        std::net::TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp)?;
+    let (head, body) = resp
+        .split_once("\r\n\r\n")
+        .context("a malformed HTTP response")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        bail!("{addr}{path}: {}", head.lines().next().unwrap_or(""));
+    }
+    Ok(body.to_string())
+}
+
+pub fn status(args: &StatusArgs) -> Result<()> {
+    let loaded = args.config.load()?;
+    let ask = |addr: &str| -> Result<StoreStatus> {
+        let body = http_get(addr, "/status")?;
+        serde_json::from_str(&body).context("parsing the server's status")
+    };
+    let status = match &args.server {
+        Some(addr) => ask(addr)?,
+        None => {
+            let rt = runtime()?;
+            let mut cfg = loaded.store.clone();
+            cfg.separation = None;
+            match rt.block_on(Store::open(cfg)) {
+                Ok(store) => rt.block_on(async {
+                    let s = store.status().await;
+                    store.shutdown().await?;
+                    anyhow::Ok(s)
+                })?,
+                Err(e) if e.to_string().contains("in use by another") => {
+                    ask(&loaded.server.listen.to_string())?
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&status)?);
+        return Ok(());
+    }
+    print_status(&status);
+    Ok(())
+}
+
+fn print_status(s: &StoreStatus) {
+    println!("data folder  {}", s.data_dir);
+    println!("policy       {}", s.policy);
+    println!("separation   {}", if s.separation { "on" } else { "off" });
+    println!(
+        "contents     {} buckets, {} objects, {} bytes, {} multipart uploads",
+        s.buckets, s.objects, s.object_bytes, s.uploads
+    );
+    println!(
+        "\n{:>3} {:>6} {:>7} {:>12} {:>14} {:>14} {:>10}  {:<8} path",
+        "dev", "colour", "role", "buffer", "used", "capacity", "keys", "health"
+    );
+    for d in &s.devices {
+        println!(
+            "{:>3} {:>6} {:>7} {:>12} {:>14} {:>14} {:>10}  {:<8} {}",
+            d.index,
+            d.colour,
+            d.role,
+            d.buffer_bytes,
+            d.used_bytes,
+            d.capacity_bytes,
+            d.keys,
+            if d.healthy { "ok" } else { "FAILED" },
+            d.path.as_deref().unwrap_or("(memory)")
+        );
+        if let Some(e) = &d.error {
+            println!("      {e}");
+        }
+    }
+}
+
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// Options of a repair run.
+#[derive(Args, Debug, Clone)]
+pub struct RepairArgs {
+    /// Objects repaired at once.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: usize,
+    /// Most bytes per second the repair writes (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    pub write_bytes_per_s_max: u64,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+impl RepairArgs {
+    fn options(&self) -> RepairOptions {
+        RepairOptions {
+            concurrency: self.concurrency.max(1),
+            write_bytes_per_s_max: (self.write_bytes_per_s_max > 0)
+                .then_some(self.write_bytes_per_s_max),
+        }
+    }
+}
+
+/// `railstore scrub`.
+#[derive(Args, Debug)]
+pub struct ScrubArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    #[command(flatten)]
+    pub repair: RepairArgs,
+}
+
+/// `railstore rebuild`.
+#[derive(Args, Debug)]
+pub struct RebuildArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// The device to rebuild (its index in the array, as `railstore status` shows). Its old
+    /// contents, if any, are moved aside and it is rebuilt empty from the others.
+    #[arg(long)]
+    pub device: usize,
+    #[command(flatten)]
+    pub repair: RepairArgs,
+}
+
+/// Shows a repair's progress until `work` ends.
+async fn with_progress<F>(
+    quiet: bool,
+    what: &str,
+    progress: Arc<RepairProgress>,
+    work: F,
+) -> Result<RepairReport>
+where
+    F: std::future::Future<Output = railstore_store::Result<RepairReport>>,
+{
+    let bar = railstore_bench::progress::bar(quiet, None, &format!("{what}: listing"));
+    let shown = async {
+        let mut counting = true;
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let total = progress.items_total.load(Ordering::Relaxed);
+            if total > 0 && counting {
+                counting = false;
+                bar.set_length(total);
+                bar.set_style(
+                    indicatif::ProgressStyle::with_template(
+                        "{msg:>24} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} ({per_sec})",
+                    )
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+                );
+                bar.set_message(what.to_string());
+            }
+            if counting {
+                bar.set_position(progress.keys_listed.load(Ordering::Relaxed));
+            } else {
+                bar.set_position(progress.items_done.load(Ordering::Relaxed));
+            }
+        }
+    };
+    let report = tokio::select! {
+        r = work => r,
+        _ = shown => unreachable!("the display loop never ends"),
+    };
+    bar.finish_and_clear();
+    Ok(report?)
+}
+
+fn print_report(what: &str, r: &RepairReport) {
+    println!(
+        "{what}: {} objects ({} repaired), {} packing sets ({} repaired, {} reclaimed, {} lost), \
+         {} pieces rewritten, {} bytes written in {:.1} s",
+        r.objects,
+        r.objects_repaired,
+        r.sets,
+        r.sets_repaired,
+        r.sets_reclaimed,
+        r.sets_lost,
+        r.pieces_repaired,
+        r.bytes_written,
+        r.elapsed.as_secs_f64()
+    );
+    if !r.objects_lost.is_empty() {
+        println!(
+            "{} objects LOST (more pieces missing than their mechanism tolerates)",
+            r.objects_lost.len()
+        );
+    }
+}
+
+pub fn scrub(args: &ScrubArgs) -> Result<()> {
+    let loaded = args.config.load()?;
+    let rt = runtime()?;
+    rt.block_on(async {
+        let mut cfg = loaded.store;
+        cfg.separation = None;
+        let store = Store::open(cfg)
+            .await
+            .context("opening the store (stop a running server first)")?;
+        let progress = Arc::new(RepairProgress::default());
+        let report = with_progress(
+            args.repair.quiet,
+            "scrub",
+            progress.clone(),
+            store.scrub(args.repair.options(), progress),
+        )
+        .await?;
+        store.shutdown().await?;
+        print_report("scrub", &report);
+        if !report.objects_lost.is_empty() {
+            bail!("some objects are lost");
+        }
+        Ok(())
+    })
+}
+
+pub fn rebuild(args: &RebuildArgs) -> Result<()> {
+    let loaded = args.config.load()?;
+    let rt = runtime()?;
+    rt.block_on(async {
+        let progress = Arc::new(RepairProgress::default());
+        let report = with_progress(
+            args.repair.quiet,
+            &format!("rebuild of device {}", args.device),
+            progress.clone(),
+            Store::rebuild_offline(loaded.store, args.device, args.repair.options(), progress),
+        )
+        .await?;
+        print_report(&format!("rebuild of device {}", args.device), &report);
+        if !report.objects_lost.is_empty() {
+            bail!("some objects are lost");
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,79 @@
+//! The S3 HTTP API of railstore (DESIGN §3.6), on the `s3s` crate. The only crate that speaks
+//! HTTP or maps errors to HTTP statuses.
+//!
+//! [`serve`] (or [`bind`] then [`Server::serve`]) listens on one address, HTTP/1.1, and answers:
+//! - `GET /metrics` (Prometheus text) and `GET /status` (JSON), without authentication; a
+//!   *signed* `GET /metrics` is ListObjects on a bucket named `metrics`;
+//! - everything else as S3, path style (and virtual-hosted style under
+//!   [`S3Config::domain`]), authenticated with AWS Signature V4 against the one configured key
+//!   pair — `Authorization` header, presigned URL, and aws-chunked bodies (signed or
+//!   unsigned, with trailers). Anonymous requests get `AccessDenied`.
+//!
+//! # Supported
+//! - Buckets: ListBuckets (prefix, max-buckets, continuation token), CreateBucket
+//!   (re-creating one's own bucket succeeds, as in us-east-1), DeleteBucket (`BucketNotEmpty`
+//!   while objects or uploads remain), HeadBucket, GetBucketLocation, GetBucketVersioning
+//!   (never enabled).
+//! - Objects: PutObject, GetObject (ranges → 206, unsatisfiable → 416; `partNumber=1` of a
+//!   single-part object), HeadObject, conditional reads (`If-Match`, `If-None-Match`,
+//!   `If-Modified-Since`, `If-Unmodified-Since` → 304 / 412), DeleteObject, DeleteObjects
+//!   (quiet mode too; at most 1000 keys), CopyObject (`x-amz-metadata-directive` COPY or
+//!   REPLACE, `x-amz-copy-source-if-*`).
+//! - Metadata: `x-amz-meta-*` (2 KiB at most, as S3), `Content-Type`, `Content-Encoding`
+//!   (without `aws-chunked`), `Cache-Control`, `Content-Disposition`, `Content-Language`,
+//!   `Expires` are stored and returned. ETags are MD5s (multipart: MD5 of the part MD5s, `-N`),
+//!   quoted.
+//! - Listings: ListObjectsV2 (prefix, delimiter, max-keys capped at 1000, opaque
+//!   continuation tokens, start-after, fetch-owner, `encoding-type=url`), ListObjects V1
+//!   (marker; NextMarker with a delimiter), ListObjectVersions (unversioned: every object once,
+//!   version id `null`, latest).
+//! - Multipart: CreateMultipartUpload, UploadPart, CompleteMultipartUpload (a repeated
+//!   completion returns the same object), AbortMultipartUpload, ListMultipartUploads
+//!   (prefix, delimiter, markers), ListParts (paged).
+//! - Integrity: `Content-MD5`; the flexible checksums CRC32, CRC32C, CRC64NVME, SHA-1 and
+//!   SHA-256 in headers or aws-chunked trailers are checked while the body streams — a
+//!   mismatch is `BadDigest` and nothing is stored; a signed payload whose SHA-256 differs is
+//!   `XAmzContentSHA256Mismatch`. Checksums are stored and returned by GET/HEAD with
+//!   `x-amz-checksum-mode: ENABLED` (whole-object reads only). Multipart objects get the
+//!   COMPOSITE checksum (checksum of the part checksums, `-N`) or, for CRCs created with
+//!   `x-amz-checksum-type: FULL_OBJECT` (CRC64NVME always), the full-object CRC combined from
+//!   the parts.
+//! - Redundancy per object: `x-railstore-mechanism: rep3|split3+3|pack3+3|…` (or that name
+//!   as `x-amz-storage-class`) on PutObject, CreateMultipartUpload and CopyObject;
+//!   `STANDARD` or nothing lets the store's policy choose. GET, HEAD, PUT and COPY answer
+//!   with the mechanism in `x-railstore-mechanism`.
+//!
+//! # Not supported
+//! - Versioning, object lock, server-side encryption (SSE-S3, SSE-KMS, SSE-C: refused with
+//!   `NotImplemented`), ACLs and policies (accepted and ignored: the one key pair may do
+//!   everything), tagging, lifecycle, CORS, website, replication, notifications, SigV4a,
+//!   POST uploads, UploadPartCopy, GetObjectAttributes, SelectObjectContent.
+//! - Conditional writes (`If-Match`/`If-None-Match` on PutObject and CompleteMultipartUpload,
+//!   conditional deletes): refused with `NotImplemented`, since the store cannot make them
+//!   atomic.
+//! - GET/HEAD with `partNumber` on a multipart object (the store keeps no part boundaries of
+//!   a completed object).
+//! - A checksum whose value arrives only at the end of the body (aws-chunked trailer, or
+//!   only `x-amz-sdk-checksum-algorithm`) is stored only for bodies up to
+//!   [`LATE_CHECKSUM_BUFFER_BYTES_MAX`], which are read into memory first (at most
+//!   [`LATE_CHECKSUM_BUFFERS_BYTES_MAX`] at once); larger bodies, and bodies arriving while
+//!   those buffers are full, are still checked but the value is not kept. Checksums of DeleteObjects and other XML
+//!   bodies are not checked. CopyObject does not compute new checksums.
+//! - Headers above [`REQUEST_HEADER_BYTES_MAX`] get S3's `RequestHeaderSectionTooLarge`, but
+//!   request heads above [`REQUEST_HEAD_BYTES_MAX`] get hyper's bare `431`, not an S3 XML
+//!   error. There is no limit on concurrent requests and no timeout on reading bodies.
+
+mod body;
+mod checksum;
+mod errors;
+mod server;
+mod service;
+mod util;
+
+pub use server::{
+    bind, s3_service, serve, S3Config, ServeError, Server, HEADER_READ_TIMEOUT,
+    REQUEST_HEADERS_MAX, REQUEST_HEADER_BYTES_MAX, REQUEST_HEAD_BYTES_MAX, SHUTDOWN_GRACE,
+};
+pub use service::{
+    RailS3, LATE_CHECKSUM_BUFFERS_BYTES_MAX, LATE_CHECKSUM_BUFFER_BYTES_MAX, MECHANISM_HEADER,
+};

@@ -1,0 +1,1814 @@
+//! [`RailS3`]: the S3 operations, each mapped onto the store.
+
+use crate::body::{in_memory, Outgoing};
+use crate::checksum::{self, Algorithm, Outcome, Plan, Verified, Verifier};
+use crate::errors::{err, invalid_argument, invalid_request, not_implemented, store_error};
+use crate::util::{self, token_decode, token_encode, url_encode, Conditions, Verdict};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http::{HeaderMap, HeaderValue, StatusCode};
+use railstore_store::{
+    Body, ListPage, ListQuery, Mechanism, ObjectInfo, PartOptions, PutOptions, RangeSpec, Store,
+    StoreError,
+};
+use s3s::dto::*;
+use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, TrailingHeaders, S3};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use tokio::sync::Semaphore;
+
+/// The response header naming the mechanism that protects an object, and the request header
+/// that picks it for a put or a multipart upload.
+pub const MECHANISM_HEADER: &str = "x-railstore-mechanism";
+
+/// Most keys (or uploads, parts, buckets) one listing page returns, as S3.
+const PAGE_MAX: usize = 1000;
+/// Most keys one DeleteObjects request names, as S3.
+const DELETE_KEYS_MAX: usize = 1000;
+/// S3's limit on user metadata: keys and values together, in bytes.
+const USER_METADATA_BYTES_MAX: usize = 2048;
+/// A body whose checksum value comes only at its end (an aws-chunked trailer, or an
+/// algorithm the server computes) is read into memory first when it is at most this large, so
+/// the value can be stored with the object (the store takes checksums before the body); larger
+/// ones are checked while they stream, and the value is not stored.
+pub const LATE_CHECKSUM_BUFFER_BYTES_MAX: u64 = 16 << 20;
+/// Bytes all such bodies may hold in memory at once; beyond it, bodies stream (checked, the
+/// value not stored) rather than wait.
+pub const LATE_CHECKSUM_BUFFERS_BYTES_MAX: u64 = 256 << 20;
+
+const OWNER_ID: &str = "railstore";
+const DEFAULT_CONTENT_TYPE: &str = "binary/octet-stream";
+
+/// The S3 API over a [`Store`]. Give it to [`s3s::service::S3ServiceBuilder`], or use
+/// [`crate::bind`] / [`crate::serve`], which do.
+#[derive(Debug, Clone)]
+pub struct RailS3 {
+    store: Store,
+    region: String,
+    /// Bytes of [`LATE_CHECKSUM_BUFFERS_BYTES_MAX`] not in use.
+    buffers: Arc<Semaphore>,
+}
+
+impl RailS3 {
+    /// Serves `store`, answering for `region`.
+    pub fn new(store: Store, region: impl Into<String>) -> RailS3 {
+        RailS3 {
+            store,
+            region: region.into(),
+            buffers: Arc::new(Semaphore::new(LATE_CHECKSUM_BUFFERS_BYTES_MAX as usize)),
+        }
+    }
+
+    /// The store it serves.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn owner() -> Owner {
+        Owner {
+            display_name: Some(OWNER_ID.to_string()),
+            id: Some(OWNER_ID.to_string()),
+        }
+    }
+
+    /// Reads the mechanism a request asks for (`x-railstore-mechanism`, or a mechanism name as
+    /// storage class); `STANDARD` or nothing leaves it to the policy.
+    fn mechanism(
+        &self,
+        headers: &HeaderMap,
+        storage_class: Option<&StorageClass>,
+    ) -> S3Result<Option<Mechanism>> {
+        let parse = |s: &str, what: &str, code: S3ErrorCode| -> S3Result<Mechanism> {
+            let m =
+                Mechanism::parse(s).map_err(|e| err(code.clone(), format!("{what} {s:?}: {e}")))?;
+            m.validate()
+                .map_err(|e| err(code.clone(), format!("{what} {s:?}: {e}")))?;
+            let width = self.store.manager().layout().width();
+            if m.width() > width {
+                return Err(err(
+                    code,
+                    format!(
+                        "{what} {s:?} needs {} devices per group; this store's groups have {width}",
+                        m.width()
+                    ),
+                ));
+            }
+            Ok(m)
+        };
+        let from_header = match headers.get(MECHANISM_HEADER) {
+            Some(v) => {
+                let s = v
+                    .to_str()
+                    .map_err(|_| invalid_argument(format!("{MECHANISM_HEADER} is not text")))?;
+                Some(parse(
+                    s.trim(),
+                    MECHANISM_HEADER,
+                    S3ErrorCode::InvalidArgument,
+                )?)
+            }
+            None => None,
+        };
+        let from_class = match storage_class.map(StorageClass::as_str) {
+            None | Some(StorageClass::STANDARD) => None,
+            Some(s) => Some(parse(s, "storage class", S3ErrorCode::InvalidStorageClass)?),
+        };
+        match (from_header, from_class) {
+            (Some(a), Some(b)) if a != b => Err(invalid_argument(format!(
+                "{MECHANISM_HEADER} {a} contradicts storage class {b}"
+            ))),
+            (a, b) => Ok(a.or(b)),
+        }
+    }
+
+    /// Reads a request body for the store, checking its checksums. See
+    /// [`LATE_CHECKSUM_BUFFER_BYTES_MAX`].
+    async fn incoming(
+        &self,
+        blob: Option<StreamingBlob>,
+        plan: Plan,
+        trailers: Option<TrailingHeaders>,
+        content_length: Option<i64>,
+    ) -> S3Result<Incoming> {
+        let outcome = Outcome::default();
+        let early = plan.early_values();
+        let late = plan.has_late_values();
+        let mut verified = Verified::new(blob, Verifier::new(plan, trailers), outcome.clone());
+        let small = content_length
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|n| u64::from(*n) <= LATE_CHECKSUM_BUFFER_BYTES_MAX);
+        let permit = match small {
+            Some(n) if late => self.buffers.clone().try_acquire_many_owned(n).ok(),
+            _ => None,
+        };
+        if let (Some(permit), Some(declared)) = (permit, small) {
+            let mut pieces: Vec<Bytes> = Vec::new();
+            let mut total = 0u64;
+            while let Some(piece) = verified.next().await {
+                let piece = piece.map_err(|e| outcome.error(e))?;
+                total += piece.len() as u64;
+                if total > u64::from(declared) {
+                    return Err(err(
+                        S3ErrorCode::IncompleteBody,
+                        "The request body is longer than its declared length.",
+                    ));
+                }
+                pieces.push(piece);
+            }
+            let checksums = outcome.values().unwrap_or_default();
+            return Ok(Incoming {
+                body: in_memory(pieces, permit),
+                checksums,
+                outcome,
+            });
+        }
+        if late {
+            tracing::debug!(
+                "a trailing or server-computed checksum of a large body (or with the buffers \
+                 full) is checked but not stored"
+            );
+        }
+        Ok(Incoming {
+            body: Box::pin(verified),
+            checksums: early,
+            outcome,
+        })
+    }
+
+    /// The object's description as GET and HEAD return it.
+    fn described(&self, info: &ObjectInfo, checksum_mode: bool, whole: bool) -> Described {
+        let h = |name: &str| info.headers.get(name).cloned();
+        let mut d = Described {
+            content_type: Some(
+                info.content_type
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_CONTENT_TYPE.to_string()),
+            ),
+            metadata: (!info.user_metadata.is_empty()).then(|| {
+                info.user_metadata
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect::<HashMap<_, _>>()
+            }),
+            cache_control: h("cache-control"),
+            content_disposition: h("content-disposition"),
+            content_encoding: h("content-encoding"),
+            content_language: h("content-language"),
+            expires: h("expires").as_deref().and_then(util::parse_http_date),
+            e_tag: Some(ETag::Strong(info.etag.clone())),
+            last_modified: Some(util::timestamp(info.last_modified)),
+            ..Described::default()
+        };
+        if checksum_mode && whole {
+            d.checksums = ChecksumFields::from_map(&info.checksums);
+        }
+        d
+    }
+
+    fn list(&self, bucket: &str, q: &ListQuery) -> S3Result<ListPage> {
+        if q.max_keys == 0 {
+            self.store.head_bucket(bucket).map_err(store_error)?;
+            return Ok(ListPage::default());
+        }
+        self.store.list_objects(bucket, q).map_err(store_error)
+    }
+}
+
+/// A request body ready for the store.
+struct Incoming {
+    body: Body,
+    /// The checksums to store with it (values known before the store takes the body).
+    checksums: BTreeMap<String, String>,
+    outcome: Outcome,
+}
+
+#[derive(Default)]
+struct ChecksumFields {
+    crc32: Option<String>,
+    crc32c: Option<String>,
+    crc64nvme: Option<String>,
+    sha1: Option<String>,
+    sha256: Option<String>,
+    kind: Option<ChecksumType>,
+}
+
+impl ChecksumFields {
+    fn from_map(map: &BTreeMap<String, String>) -> ChecksumFields {
+        let get = |a| checksum::stored(map, a);
+        let kind = Algorithm::ALL
+            .into_iter()
+            .find_map(get)
+            .map(|v| ChecksumType::from(checksum::checksum_type(&v).to_string()));
+        ChecksumFields {
+            crc32: get(Algorithm::Crc32),
+            crc32c: get(Algorithm::Crc32c),
+            crc64nvme: get(Algorithm::Crc64Nvme),
+            sha1: get(Algorithm::Sha1),
+            sha256: get(Algorithm::Sha256),
+            kind,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Described {
+    content_type: Option<String>,
+    metadata: Option<HashMap<String, String>>,
+    cache_control: Option<String>,
+    content_disposition: Option<String>,
+    content_encoding: Option<String>,
+    content_language: Option<String>,
+    expires: Option<Timestamp>,
+    e_tag: Option<ETag>,
+    last_modified: Option<Timestamp>,
+    checksums: ChecksumFields,
+}
+
+fn mechanism_headers(mechanism: &str) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    if let Ok(v) = HeaderValue::from_str(mechanism) {
+        h.insert(MECHANISM_HEADER, v);
+    }
+    h
+}
+
+fn check_version(version_id: Option<&str>) -> S3Result<()> {
+    match version_id {
+        None | Some("null") => Ok(()),
+        Some(_) => Err(invalid_argument(
+            "Invalid version id specified (buckets are not versioned)",
+        )),
+    }
+}
+
+fn content_md5(v: Option<&String>) -> S3Result<Option<[u8; 16]>> {
+    let Some(v) = v else { return Ok(None) };
+    checksum::unb64(v)
+        .and_then(|raw| <[u8; 16]>::try_from(raw).ok())
+        .map(Some)
+        .ok_or_else(|| {
+            err(
+                S3ErrorCode::InvalidDigest,
+                "The Content-MD5 you specified is not valid.",
+            )
+        })
+}
+
+/// `Content-Encoding` as stored: `aws-chunked` is the transfer's, not the object's.
+fn stored_content_encoding(v: Option<&String>) -> Option<String> {
+    let kept: Vec<&str> = v?
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty() && !e.eq_ignore_ascii_case("aws-chunked"))
+        .collect();
+    (!kept.is_empty()).then(|| kept.join(", "))
+}
+
+/// The fields a put, copy (`REPLACE`) or multipart upload stores with an object.
+struct ObjectFields<'a> {
+    content_type: Option<&'a String>,
+    metadata: Option<&'a Metadata>,
+    cache_control: Option<&'a String>,
+    content_disposition: Option<&'a String>,
+    content_encoding: Option<&'a String>,
+    content_language: Option<&'a String>,
+    expires: Option<&'a Timestamp>,
+}
+
+fn put_options(d: ObjectFields<'_>, mechanism: Option<Mechanism>) -> S3Result<PutOptions> {
+    let mut user_metadata = BTreeMap::new();
+    let mut bytes = 0;
+    for (k, v) in d.metadata.into_iter().flatten() {
+        bytes += k.len() + v.len();
+        user_metadata.insert(k.to_ascii_lowercase(), v.clone());
+    }
+    if bytes > USER_METADATA_BYTES_MAX {
+        return Err(err(
+            S3ErrorCode::MetadataTooLarge,
+            format!(
+                "Your metadata headers exceed the maximum allowed metadata size \
+                 ({bytes} > {USER_METADATA_BYTES_MAX} bytes)."
+            ),
+        ));
+    }
+    let mut headers = BTreeMap::new();
+    let mut put = |name: &str, v: Option<String>| {
+        if let Some(v) = v {
+            headers.insert(name.to_string(), v);
+        }
+    };
+    put("cache-control", d.cache_control.cloned());
+    put("content-disposition", d.content_disposition.cloned());
+    put(
+        "content-encoding",
+        stored_content_encoding(d.content_encoding),
+    );
+    put("content-language", d.content_language.cloned());
+    put("expires", d.expires.and_then(util::http_date));
+    Ok(PutOptions {
+        content_type: d.content_type.filter(|c| !c.is_empty()).cloned(),
+        user_metadata,
+        headers,
+        mechanism,
+        ..PutOptions::default()
+    })
+}
+
+/// Refuses what railstore does not do rather than pretending to.
+fn refuse_unsupported(
+    sse: Option<&ServerSideEncryption>,
+    sse_c: Option<&String>,
+    kms: Option<&String>,
+    lock: bool,
+) -> S3Result<()> {
+    if sse.is_some() || sse_c.is_some() || kms.is_some() {
+        return Err(not_implemented("server-side encryption is not supported"));
+    }
+    if lock {
+        return Err(not_implemented("object lock is not supported"));
+    }
+    Ok(())
+}
+
+fn checksum_values<'a>(
+    crc32: Option<&'a String>,
+    crc32c: Option<&'a String>,
+    crc64nvme: Option<&'a String>,
+    sha1: Option<&'a String>,
+    sha256: Option<&'a String>,
+) -> [(Algorithm, Option<&'a String>); 5] {
+    [
+        (Algorithm::Crc32, crc32),
+        (Algorithm::Crc32c, crc32c),
+        (Algorithm::Crc64Nvme, crc64nvme),
+        (Algorithm::Sha1, sha1),
+        (Algorithm::Sha256, sha256),
+    ]
+}
+
+fn range_spec(r: Option<&Range>) -> Option<RangeSpec> {
+    r.map(|r| match *r {
+        Range::Int { first, last } => RangeSpec::FromTo { first, last },
+        Range::Suffix { length } => RangeSpec::Suffix(length),
+    })
+}
+
+fn verdict_error(v: Verdict, info: &ObjectInfo) -> S3Result<()> {
+    match v {
+        Verdict::Proceed => Ok(()),
+        Verdict::PreconditionFailed => Err(err(
+            S3ErrorCode::PreconditionFailed,
+            "At least one of the pre-conditions you specified did not hold",
+        )),
+        Verdict::NotModified => {
+            let mut e = S3Error::new(S3ErrorCode::NotModified);
+            let mut h = HeaderMap::new();
+            if let Ok(v) = HeaderValue::from_str(&format!("\"{}\"", info.etag)) {
+                h.insert(http::header::ETAG, v);
+            }
+            if let Some(d) = util::http_date(&util::timestamp(info.last_modified)) {
+                if let Ok(v) = HeaderValue::from_str(&d) {
+                    h.insert(http::header::LAST_MODIFIED, v);
+                }
+            }
+            e.set_headers(h);
+            Err(e)
+        }
+    }
+}
+
+fn invalid_part_number() -> S3Error {
+    let mut e = err(
+        S3ErrorCode::from_bytes(b"InvalidPartNumber").expect("a code"),
+        "The requested partnumber is not satisfiable",
+    );
+    e.set_status_code(StatusCode::RANGE_NOT_SATISFIABLE);
+    e
+}
+
+fn max_keys(v: Option<i32>) -> S3Result<usize> {
+    match v {
+        None => Ok(PAGE_MAX),
+        Some(n) if n < 0 => Err(invalid_argument("max-keys must not be negative")),
+        Some(n) => Ok((n as usize).min(PAGE_MAX)),
+    }
+}
+
+fn url_encoded(e: Option<&EncodingType>) -> S3Result<bool> {
+    match e.map(EncodingType::as_str) {
+        None => Ok(false),
+        Some(s) if s.eq_ignore_ascii_case(EncodingType::URL) => Ok(true),
+        Some(_) => Err(invalid_argument(
+            "Invalid Encoding Method specified in Request",
+        )),
+    }
+}
+
+fn nonempty(s: Option<String>) -> Option<String> {
+    s.filter(|s| !s.is_empty())
+}
+
+/// Encodes listing text when the request asked for `encoding-type=url`.
+struct Enc(bool);
+
+impl Enc {
+    fn s(&self, s: &str) -> String {
+        if self.0 {
+            url_encode(s)
+        } else {
+            s.to_string()
+        }
+    }
+
+    fn o(&self, s: Option<&String>) -> Option<String> {
+        s.map(|s| self.s(s))
+    }
+
+    fn kind(&self) -> Option<EncodingType> {
+        self.0
+            .then(|| EncodingType::from(EncodingType::URL.to_string()))
+    }
+}
+
+fn common_prefixes(page: &ListPage, enc: &Enc) -> Option<Vec<CommonPrefix>> {
+    (!page.prefixes.is_empty()).then(|| {
+        page.prefixes
+            .iter()
+            .map(|p| CommonPrefix {
+                prefix: Some(enc.s(p)),
+            })
+            .collect()
+    })
+}
+
+fn part_number(n: i32) -> S3Result<u32> {
+    u32::try_from(n)
+        .ok()
+        .filter(|n| (1..=railstore_store::PART_NUMBER_MAX).contains(n))
+        .ok_or_else(|| {
+            invalid_argument(format!(
+                "Part number must be an integer between 1 and {}, inclusive",
+                railstore_store::PART_NUMBER_MAX
+            ))
+        })
+}
+
+/// The checksum a multipart upload was created with: the store keeps one "algorithm" string
+/// per upload, which holds `ALGORITHM:TYPE` here.
+fn upload_checksum(o: &PutOptions) -> Option<(Algorithm, bool)> {
+    let key = o.checksums.keys().next()?;
+    let (alg, kind) = key.split_once(':').unwrap_or((key, ""));
+    let alg = Algorithm::parse(alg)?;
+    Some((alg, kind == ChecksumType::FULL_OBJECT))
+}
+
+#[async_trait::async_trait]
+impl S3 for RailS3 {
+    // ---- buckets ----
+
+    async fn list_buckets(
+        &self,
+        req: S3Request<ListBucketsInput>,
+    ) -> S3Result<S3Response<ListBucketsOutput>> {
+        let input = req.input;
+        let max = match input.max_buckets {
+            None => usize::MAX,
+            Some(n) if (1..=10_000).contains(&n) => n as usize,
+            Some(_) => return Err(invalid_argument("max-buckets must be 1 to 10000")),
+        };
+        let after =
+            match input.continuation_token.as_deref() {
+                None => None,
+                Some(t) => Some(token_decode(t).ok_or_else(|| {
+                    invalid_argument("The continuation token provided is incorrect")
+                })?),
+            };
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let all: Vec<_> = self
+            .store
+            .list_buckets()
+            .into_iter()
+            .filter(|b| b.name.starts_with(&prefix))
+            .filter(|b| after.as_ref().is_none_or(|a| b.name > *a))
+            .collect();
+        let truncated = all.len() > max;
+        let page: Vec<_> = all.into_iter().take(max).collect();
+        let token = truncated
+            .then(|| page.last().map(|b| token_encode(&b.name)))
+            .flatten();
+        let buckets = page
+            .into_iter()
+            .map(|b| Bucket {
+                bucket_region: Some(self.region.clone()),
+                creation_date: Some(util::timestamp(b.created)),
+                name: Some(b.name),
+            })
+            .collect();
+        Ok(S3Response::new(ListBucketsOutput {
+            buckets: Some(buckets),
+            continuation_token: token,
+            owner: Some(Self::owner()),
+            prefix: input.prefix,
+        }))
+    }
+
+    async fn create_bucket(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
+        let input = req.input;
+        let constraint = input
+            .create_bucket_configuration
+            .as_ref()
+            .and_then(|c| c.location_constraint.as_ref())
+            .map(|c| c.as_str().to_string())
+            .filter(|c| !c.is_empty());
+        if let Some(c) = constraint {
+            if c != self.region {
+                return Err(err(
+                    S3ErrorCode::IllegalLocationConstraintException,
+                    format!(
+                        "The {c} location constraint is incompatible for the region specific \
+                         endpoint this request was sent to ({}).",
+                        self.region
+                    ),
+                ));
+            }
+        }
+        if input.object_lock_enabled_for_bucket == Some(true) {
+            return Err(not_implemented("object lock is not supported"));
+        }
+        let created = self
+            .store
+            .create_bucket(&input.bucket)
+            .await
+            .map_err(store_error)?;
+        if !created {
+            tracing::debug!(bucket = %input.bucket, "bucket re-created by its owner");
+        }
+        Ok(S3Response::new(CreateBucketOutput {
+            location: Some(format!("/{}", input.bucket)),
+        }))
+    }
+
+    async fn delete_bucket(
+        &self,
+        req: S3Request<DeleteBucketInput>,
+    ) -> S3Result<S3Response<DeleteBucketOutput>> {
+        self.store
+            .delete_bucket(&req.input.bucket)
+            .await
+            .map_err(store_error)?;
+        Ok(S3Response::new(DeleteBucketOutput {}))
+    }
+
+    async fn head_bucket(
+        &self,
+        req: S3Request<HeadBucketInput>,
+    ) -> S3Result<S3Response<HeadBucketOutput>> {
+        self.store
+            .head_bucket(&req.input.bucket)
+            .map_err(store_error)?;
+        Ok(S3Response::new(HeadBucketOutput {
+            bucket_region: Some(self.region.clone()),
+            ..HeadBucketOutput::default()
+        }))
+    }
+
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<GetBucketLocationInput>,
+    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
+        self.store
+            .head_bucket(&req.input.bucket)
+            .map_err(store_error)?;
+        // S3 answers an empty constraint for us-east-1.
+        let location_constraint = (self.region != "us-east-1")
+            .then(|| BucketLocationConstraint::from(self.region.clone()));
+        Ok(S3Response::new(GetBucketLocationOutput {
+            location_constraint,
+        }))
+    }
+
+    async fn get_bucket_versioning(
+        &self,
+        req: S3Request<GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+        self.store
+            .head_bucket(&req.input.bucket)
+            .map_err(store_error)?;
+        // Never versioned: no status at all.
+        Ok(S3Response::new(GetBucketVersioningOutput::default()))
+    }
+
+    // ---- objects ----
+
+    async fn put_object(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        let S3Request {
+            input,
+            headers,
+            trailing_headers,
+            ..
+        } = req;
+        refuse_unsupported(
+            input.server_side_encryption.as_ref(),
+            input.sse_customer_key.as_ref(),
+            input.ssekms_key_id.as_ref(),
+            input.object_lock_mode.is_some()
+                || input.object_lock_retain_until_date.is_some()
+                || input.object_lock_legal_hold_status.is_some(),
+        )?;
+        if input.if_match.is_some() || input.if_none_match.is_some() {
+            return Err(not_implemented("conditional writes are not supported"));
+        }
+        if input.write_offset_bytes.is_some() {
+            return Err(not_implemented(
+                "appends (x-amz-write-offset-bytes) are not supported",
+            ));
+        }
+        self.store.head_bucket(&input.bucket).map_err(store_error)?;
+        let mechanism = self.mechanism(&headers, input.storage_class.as_ref())?;
+        let mut options = put_options(
+            ObjectFields {
+                content_type: input.content_type.as_ref(),
+                metadata: input.metadata.as_ref(),
+                cache_control: input.cache_control.as_ref(),
+                content_disposition: input.content_disposition.as_ref(),
+                content_encoding: input.content_encoding.as_ref(),
+                content_language: input.content_language.as_ref(),
+                expires: input.expires.as_ref(),
+            },
+            mechanism,
+        )?;
+        options.content_md5 = content_md5(input.content_md5.as_ref())?;
+        let plan = Plan::from_request(
+            checksum_values(
+                input.checksum_crc32.as_ref(),
+                input.checksum_crc32c.as_ref(),
+                input.checksum_crc64nvme.as_ref(),
+                input.checksum_sha1.as_ref(),
+                input.checksum_sha256.as_ref(),
+            ),
+            input
+                .checksum_algorithm
+                .as_ref()
+                .map(ChecksumAlgorithm::as_str),
+            None,
+            &headers,
+            trailing_headers.as_ref(),
+        )?;
+        let incoming = self
+            .incoming(input.body, plan, trailing_headers, input.content_length)
+            .await?;
+        options.checksums = incoming.checksums.clone();
+        let info = self
+            .store
+            .put_object(&input.bucket, &input.key, incoming.body, options)
+            .await
+            .map_err(|e| incoming.outcome.error(e))?;
+        let answered = incoming
+            .outcome
+            .values()
+            .unwrap_or_else(|| incoming.checksums.clone());
+        let c = ChecksumFields::from_map(&answered);
+        let output = PutObjectOutput {
+            e_tag: Some(ETag::Strong(info.etag.clone())),
+            checksum_crc32: c.crc32,
+            checksum_crc32c: c.crc32c,
+            checksum_crc64nvme: c.crc64nvme,
+            checksum_sha1: c.sha1,
+            checksum_sha256: c.sha256,
+            checksum_type: c.kind,
+            ..PutObjectOutput::default()
+        };
+        Ok(S3Response::with_headers(
+            output,
+            mechanism_headers(&info.mechanism),
+        ))
+    }
+
+    async fn get_object(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        let input = &req.input;
+        check_version(input.version_id.as_deref())?;
+        let conditions = Conditions {
+            if_match: input.if_match.as_ref(),
+            if_none_match: input.if_none_match.as_ref(),
+            if_modified_since: input.if_modified_since.as_ref(),
+            if_unmodified_since: input.if_unmodified_since.as_ref(),
+        };
+        let mut range = range_spec(input.range.as_ref());
+        let mut part_answer = false;
+        if let Some(n) = input.part_number {
+            if range.is_some() {
+                return Err(invalid_request(
+                    "Cannot specify both Range header and partNumber query parameter",
+                ));
+            }
+            let info = self
+                .store
+                .head_object(&input.bucket, &input.key)
+                .map_err(store_error)?;
+            if info.parts > 0 {
+                return Err(not_implemented(
+                    "reading one part of a multipart object is not supported; use a range",
+                ));
+            }
+            if n != 1 {
+                return Err(invalid_part_number());
+            }
+            range = None;
+            part_answer = true;
+        }
+        let got = match self
+            .store
+            .get_object(&input.bucket, &input.key, range)
+            .await
+        {
+            Ok(g) => g,
+            Err(StoreError::InvalidRange { size }) => {
+                if conditions.any() {
+                    let info = self
+                        .store
+                        .head_object(&input.bucket, &input.key)
+                        .map_err(store_error)?;
+                    verdict_error(conditions.evaluate(&info.etag, info.last_modified), &info)?;
+                }
+                let mut e = store_error(StoreError::InvalidRange { size });
+                let mut h = HeaderMap::new();
+                // These replace the error response's headers: keep its content type.
+                h.insert(
+                    http::header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/xml"),
+                );
+                if let Ok(v) = HeaderValue::from_str(&format!("bytes */{size}")) {
+                    h.insert(http::header::CONTENT_RANGE, v);
+                }
+                e.set_headers(h);
+                return Err(e);
+            }
+            Err(e) => return Err(store_error(e)),
+        };
+        let info = &got.info;
+        verdict_error(conditions.evaluate(&info.etag, info.last_modified), info)?;
+        let (start, end) = got.range;
+        let whole = range.is_none();
+        let checksum_mode = input
+            .checksum_mode
+            .as_ref()
+            .is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED));
+        let d = self.described(info, checksum_mode, whole);
+        let content_range =
+            (!whole).then(|| format!("bytes {start}-{}/{}", end.max(1) - 1, info.size));
+        let what = format!("{}/{}", input.bucket, input.key);
+        let body = Outgoing::new(got.body, end - start, what);
+        let output = GetObjectOutput {
+            accept_ranges: Some("bytes".to_string()),
+            body: Some(StreamingBlob::new(body)),
+            content_length: Some((end - start) as i64),
+            content_range,
+            content_type: d.content_type,
+            metadata: d.metadata,
+            cache_control: d.cache_control,
+            content_disposition: d.content_disposition,
+            content_encoding: d.content_encoding,
+            content_language: d.content_language,
+            expires: d.expires,
+            e_tag: d.e_tag,
+            last_modified: d.last_modified,
+            checksum_crc32: d.checksums.crc32,
+            checksum_crc32c: d.checksums.crc32c,
+            checksum_crc64nvme: d.checksums.crc64nvme,
+            checksum_sha1: d.checksums.sha1,
+            checksum_sha256: d.checksums.sha256,
+            checksum_type: d.checksums.kind,
+            parts_count: part_answer.then_some(1),
+            ..GetObjectOutput::default()
+        };
+        Ok(S3Response::with_headers(
+            output,
+            mechanism_headers(&info.mechanism),
+        ))
+    }
+
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        let input = &req.input;
+        check_version(input.version_id.as_deref())?;
+        let info = self
+            .store
+            .head_object(&input.bucket, &input.key)
+            .map_err(store_error)?;
+        let conditions = Conditions {
+            if_match: input.if_match.as_ref(),
+            if_none_match: input.if_none_match.as_ref(),
+            if_modified_since: input.if_modified_since.as_ref(),
+            if_unmodified_since: input.if_unmodified_since.as_ref(),
+        };
+        verdict_error(conditions.evaluate(&info.etag, info.last_modified), &info)?;
+        let mut range = range_spec(input.range.as_ref());
+        if let Some(n) = input.part_number {
+            if range.is_some() {
+                return Err(invalid_request(
+                    "Cannot specify both Range header and partNumber query parameter",
+                ));
+            }
+            if info.parts > 0 {
+                return Err(not_implemented(
+                    "describing one part of a multipart object is not supported",
+                ));
+            }
+            if n != 1 {
+                return Err(invalid_part_number());
+            }
+            range = None;
+        }
+        let (start, end) = match range {
+            None => (0, info.size),
+            Some(r) => r.resolve(info.size).map_err(store_error)?,
+        };
+        let whole = range.is_none();
+        let checksum_mode = input
+            .checksum_mode
+            .as_ref()
+            .is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED));
+        let d = self.described(&info, checksum_mode, whole);
+        let output = HeadObjectOutput {
+            accept_ranges: Some("bytes".to_string()),
+            content_length: Some((end - start) as i64),
+            content_range: (!whole)
+                .then(|| format!("bytes {start}-{}/{}", end.max(1) - 1, info.size)),
+            content_type: d.content_type,
+            metadata: d.metadata,
+            cache_control: d.cache_control,
+            content_disposition: d.content_disposition,
+            content_encoding: d.content_encoding,
+            content_language: d.content_language,
+            expires: d.expires,
+            e_tag: d.e_tag,
+            last_modified: d.last_modified,
+            checksum_crc32: d.checksums.crc32,
+            checksum_crc32c: d.checksums.crc32c,
+            checksum_crc64nvme: d.checksums.crc64nvme,
+            checksum_sha1: d.checksums.sha1,
+            checksum_sha256: d.checksums.sha256,
+            checksum_type: d.checksums.kind,
+            parts_count: input.part_number.map(|_| 1),
+            ..HeadObjectOutput::default()
+        };
+        let mut resp = S3Response::with_headers(output, mechanism_headers(&info.mechanism));
+        if !whole {
+            resp.status = Some(StatusCode::PARTIAL_CONTENT);
+        }
+        Ok(resp)
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        let input = req.input;
+        check_version(input.version_id.as_deref())?;
+        if input.if_match.is_some()
+            || input.if_match_last_modified_time.is_some()
+            || input.if_match_size.is_some()
+        {
+            return Err(not_implemented("conditional deletes are not supported"));
+        }
+        self.store
+            .delete_object(&input.bucket, &input.key)
+            .await
+            .map_err(store_error)?;
+        Ok(S3Response::new(DeleteObjectOutput::default()))
+    }
+
+    async fn delete_objects(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        let input = req.input;
+        let objects = input.delete.objects;
+        if objects.is_empty() || objects.len() > DELETE_KEYS_MAX {
+            return Err(err(
+                S3ErrorCode::MalformedXML,
+                format!("A delete request names 1 to {DELETE_KEYS_MAX} objects"),
+            ));
+        }
+        self.store.head_bucket(&input.bucket).map_err(store_error)?;
+        let quiet = input.delete.quiet.unwrap_or(false);
+        let mut errors = Vec::new();
+        let mut keys = Vec::new();
+        for o in &objects {
+            match o.version_id.as_deref() {
+                None | Some("null") => keys.push(o.key.clone()),
+                Some(v) => errors.push(Error {
+                    code: Some("NoSuchVersion".to_string()),
+                    key: Some(o.key.clone()),
+                    message: Some("The specified version does not exist.".to_string()),
+                    version_id: Some(v.to_string()),
+                }),
+            }
+        }
+        // Store::delete_objects' future is not `Send` for every lifetime (its closure borrows
+        // the keys), which async_trait needs; the same, with owned keys.
+        let results: Vec<Result<bool, StoreError>> = futures_util::stream::iter(keys.clone())
+            .map(|k| {
+                let store = self.store.clone();
+                let bucket = input.bucket.clone();
+                async move { store.delete_object(&bucket, &k).await }
+            })
+            .buffered(8)
+            .collect()
+            .await;
+        let mut deleted = Vec::new();
+        for (key, r) in keys.into_iter().zip(results) {
+            match r {
+                Ok(_) => {
+                    if !quiet {
+                        deleted.push(DeletedObject {
+                            key: Some(key),
+                            ..DeletedObject::default()
+                        });
+                    }
+                }
+                Err(e) => {
+                    let e = store_error(e);
+                    errors.push(Error {
+                        code: Some(e.code().as_str().to_string()),
+                        key: Some(key),
+                        message: e.message().map(str::to_string),
+                        version_id: None,
+                    });
+                }
+            }
+        }
+        Ok(S3Response::new(DeleteObjectsOutput {
+            deleted: (!deleted.is_empty()).then_some(deleted),
+            errors: (!errors.is_empty()).then_some(errors),
+            request_charged: None,
+        }))
+    }
+
+    async fn copy_object(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        let S3Request { input, headers, .. } = req;
+        let (src_bucket, src_key) = match &input.copy_source {
+            CopySource::Bucket {
+                bucket,
+                key,
+                version_id,
+            } => {
+                check_version(version_id.as_deref())?;
+                (bucket.to_string(), key.to_string())
+            }
+            _ => {
+                return Err(not_implemented(
+                    "copying from access points is not supported",
+                ))
+            }
+        };
+        refuse_unsupported(
+            input.server_side_encryption.as_ref(),
+            input
+                .sse_customer_key
+                .as_ref()
+                .or(input.copy_source_sse_customer_key.as_ref()),
+            input.ssekms_key_id.as_ref(),
+            input.object_lock_mode.is_some()
+                || input.object_lock_retain_until_date.is_some()
+                || input.object_lock_legal_hold_status.is_some(),
+        )?;
+        let src = self
+            .store
+            .head_object(&src_bucket, &src_key)
+            .map_err(store_error)?;
+        let conditions = Conditions {
+            if_match: input.copy_source_if_match.as_ref(),
+            if_none_match: input.copy_source_if_none_match.as_ref(),
+            if_modified_since: input.copy_source_if_modified_since.as_ref(),
+            if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
+        };
+        if conditions.evaluate(&src.etag, src.last_modified) != Verdict::Proceed {
+            return Err(err(
+                S3ErrorCode::PreconditionFailed,
+                "At least one of the pre-conditions you specified did not hold",
+            ));
+        }
+        let replace = match input
+            .metadata_directive
+            .as_ref()
+            .map(MetadataDirective::as_str)
+        {
+            None | Some(MetadataDirective::COPY) => false,
+            Some(MetadataDirective::REPLACE) => true,
+            Some(other) => {
+                return Err(invalid_argument(format!(
+                    "Unknown metadata directive {other:?}"
+                )))
+            }
+        };
+        let mechanism = self.mechanism(&headers, input.storage_class.as_ref())?;
+        let same = src_bucket == input.bucket && src_key == input.key;
+        if same && !replace && mechanism.is_none() && input.storage_class.is_none() {
+            return Err(invalid_request(
+                "This copy request is illegal because it is trying to copy an object to itself \
+                 without changing the object's metadata, storage class, website redirect \
+                 location or encryption attributes.",
+            ));
+        }
+        let body_checksums = if src.parts == 0 {
+            src.checksums.clone()
+        } else {
+            BTreeMap::new()
+        };
+        let options = if replace {
+            let mut o = put_options(
+                ObjectFields {
+                    content_type: input.content_type.as_ref(),
+                    metadata: input.metadata.as_ref(),
+                    cache_control: input.cache_control.as_ref(),
+                    content_disposition: input.content_disposition.as_ref(),
+                    content_encoding: input.content_encoding.as_ref(),
+                    content_language: input.content_language.as_ref(),
+                    expires: input.expires.as_ref(),
+                },
+                mechanism,
+            )?;
+            o.checksums = body_checksums;
+            Some(o)
+        } else if mechanism.is_some() {
+            Some(PutOptions {
+                content_type: src.content_type.clone(),
+                user_metadata: src.user_metadata.clone(),
+                headers: src.headers.clone(),
+                checksums: body_checksums,
+                content_md5: None,
+                mechanism,
+            })
+        } else {
+            None
+        };
+        let info = self
+            .store
+            .copy_object(&src_bucket, &src_key, &input.bucket, &input.key, options)
+            .await
+            .map_err(store_error)?;
+        let c = ChecksumFields::from_map(&info.checksums);
+        let output = CopyObjectOutput {
+            copy_object_result: Some(CopyObjectResult {
+                e_tag: Some(ETag::Strong(info.etag.clone())),
+                last_modified: Some(util::timestamp(info.last_modified)),
+                checksum_crc32: c.crc32,
+                checksum_crc32c: c.crc32c,
+                checksum_crc64nvme: c.crc64nvme,
+                checksum_sha1: c.sha1,
+                checksum_sha256: c.sha256,
+                checksum_type: c.kind,
+            }),
+            ..CopyObjectOutput::default()
+        };
+        Ok(S3Response::with_headers(
+            output,
+            mechanism_headers(&info.mechanism),
+        ))
+    }
+
+    // ---- listings ----
+
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        let input = req.input;
+        let enc = Enc(url_encoded(input.encoding_type.as_ref())?);
+        let max = max_keys(input.max_keys)?;
+        let after =
+            match input.continuation_token.as_deref() {
+                Some(t) => Some(token_decode(t).ok_or_else(|| {
+                    invalid_argument("The continuation token provided is incorrect")
+                })?),
+                None => nonempty(input.start_after.clone()),
+            };
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let q = ListQuery {
+            prefix: prefix.clone(),
+            delimiter: nonempty(input.delimiter.clone()),
+            after,
+            max_keys: max,
+        };
+        let page = self.list(&input.bucket, &q)?;
+        let owner = input.fetch_owner.unwrap_or(false).then(Self::owner);
+        let contents: Vec<Object> = page
+            .objects
+            .iter()
+            .map(|o| Object {
+                key: Some(enc.s(&o.key)),
+                size: Some(o.size as i64),
+                e_tag: Some(ETag::Strong(o.etag.clone())),
+                last_modified: Some(util::timestamp(o.last_modified)),
+                storage_class: Some(ObjectStorageClass::from(StorageClass::STANDARD.to_string())),
+                owner: owner.clone(),
+                ..Object::default()
+            })
+            .collect();
+        let key_count = (page.objects.len() + page.prefixes.len()) as i32;
+        Ok(S3Response::new(ListObjectsV2Output {
+            name: Some(input.bucket.clone()),
+            prefix: Some(enc.s(&prefix)),
+            max_keys: Some(max as i32),
+            key_count: Some(key_count),
+            continuation_token: input.continuation_token.clone(),
+            is_truncated: Some(page.truncated),
+            next_continuation_token: page
+                .truncated
+                .then(|| page.next_after.as_deref().map(token_encode))
+                .flatten(),
+            common_prefixes: common_prefixes(&page, &enc),
+            contents: (!contents.is_empty()).then_some(contents),
+            delimiter: enc.o(input.delimiter.as_ref()),
+            encoding_type: enc.kind(),
+            start_after: enc.o(input.start_after.as_ref()),
+            request_charged: None,
+        }))
+    }
+
+    async fn list_objects(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        let input = req.input;
+        let enc = Enc(url_encoded(input.encoding_type.as_ref())?);
+        let max = max_keys(input.max_keys)?;
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let delimiter = nonempty(input.delimiter.clone());
+        let q = ListQuery {
+            prefix: prefix.clone(),
+            delimiter: delimiter.clone(),
+            after: nonempty(input.marker.clone()),
+            max_keys: max,
+        };
+        let page = self.list(&input.bucket, &q)?;
+        let contents: Vec<Object> = page
+            .objects
+            .iter()
+            .map(|o| Object {
+                key: Some(enc.s(&o.key)),
+                size: Some(o.size as i64),
+                e_tag: Some(ETag::Strong(o.etag.clone())),
+                last_modified: Some(util::timestamp(o.last_modified)),
+                storage_class: Some(ObjectStorageClass::from(StorageClass::STANDARD.to_string())),
+                owner: Some(Self::owner()),
+                ..Object::default()
+            })
+            .collect();
+        // S3 gives NextMarker only with a delimiter; without one the last key is the marker.
+        let next_marker = (page.truncated && delimiter.is_some())
+            .then(|| page.next_after.as_ref().map(|m| enc.s(m)))
+            .flatten();
+        Ok(S3Response::new(ListObjectsOutput {
+            name: Some(input.bucket.clone()),
+            prefix: Some(enc.s(&prefix)),
+            marker: Some(enc.s(input.marker.as_deref().unwrap_or_default())),
+            max_keys: Some(max as i32),
+            is_truncated: Some(page.truncated),
+            common_prefixes: common_prefixes(&page, &enc),
+            contents: (!contents.is_empty()).then_some(contents),
+            delimiter: enc.o(input.delimiter.as_ref()),
+            next_marker,
+            encoding_type: enc.kind(),
+            request_charged: None,
+        }))
+    }
+
+    async fn list_object_versions(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        let input = req.input;
+        let enc = Enc(url_encoded(input.encoding_type.as_ref())?);
+        let max = max_keys(input.max_keys)?;
+        let prefix = input.prefix.clone().unwrap_or_default();
+        if input.version_id_marker.is_some() && input.key_marker.is_none() {
+            return Err(invalid_argument(
+                "A version-id marker cannot be specified without a key marker.",
+            ));
+        }
+        let q = ListQuery {
+            prefix: prefix.clone(),
+            delimiter: nonempty(input.delimiter.clone()),
+            // One version per key: every version of the marker's key comes before "null".
+            after: nonempty(input.key_marker.clone()),
+            max_keys: max,
+        };
+        let page = self.list(&input.bucket, &q)?;
+        let versions: Vec<ObjectVersion> = page
+            .objects
+            .iter()
+            .map(|o| ObjectVersion {
+                key: Some(enc.s(&o.key)),
+                size: Some(o.size as i64),
+                e_tag: Some(ETag::Strong(o.etag.clone())),
+                last_modified: Some(util::timestamp(o.last_modified)),
+                is_latest: Some(true),
+                version_id: Some("null".to_string()),
+                owner: Some(Self::owner()),
+                storage_class: Some(ObjectVersionStorageClass::from(
+                    StorageClass::STANDARD.to_string(),
+                )),
+                ..ObjectVersion::default()
+            })
+            .collect();
+        let last_is_object = page
+            .next_after
+            .as_ref()
+            .is_some_and(|n| page.objects.last().is_some_and(|o| &o.key == n));
+        Ok(S3Response::new(ListObjectVersionsOutput {
+            name: Some(input.bucket.clone()),
+            prefix: Some(enc.s(&prefix)),
+            key_marker: Some(enc.s(input.key_marker.as_deref().unwrap_or_default())),
+            version_id_marker: Some(input.version_id_marker.clone().unwrap_or_default()),
+            max_keys: Some(max as i32),
+            is_truncated: Some(page.truncated),
+            next_key_marker: page
+                .truncated
+                .then(|| page.next_after.as_ref().map(|m| enc.s(m)))
+                .flatten(),
+            next_version_id_marker: (page.truncated && last_is_object).then(|| "null".to_string()),
+            common_prefixes: common_prefixes(&page, &enc),
+            versions: (!versions.is_empty()).then_some(versions),
+            delete_markers: None,
+            delimiter: enc.o(input.delimiter.as_ref()),
+            encoding_type: enc.kind(),
+            request_charged: None,
+        }))
+    }
+
+    // ---- multipart ----
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        let S3Request { input, headers, .. } = req;
+        refuse_unsupported(
+            input.server_side_encryption.as_ref(),
+            input.sse_customer_key.as_ref(),
+            input.ssekms_key_id.as_ref(),
+            input.object_lock_mode.is_some()
+                || input.object_lock_retain_until_date.is_some()
+                || input.object_lock_legal_hold_status.is_some(),
+        )?;
+        let mechanism = self.mechanism(&headers, input.storage_class.as_ref())?;
+        let mut options = put_options(
+            ObjectFields {
+                content_type: input.content_type.as_ref(),
+                metadata: input.metadata.as_ref(),
+                cache_control: input.cache_control.as_ref(),
+                content_disposition: input.content_disposition.as_ref(),
+                content_encoding: input.content_encoding.as_ref(),
+                content_language: input.content_language.as_ref(),
+                expires: input.expires.as_ref(),
+            },
+            mechanism,
+        )?;
+        let algorithm = match input.checksum_algorithm.as_ref() {
+            None => None,
+            Some(a) => Some(Algorithm::parse(a.as_str()).ok_or_else(|| {
+                invalid_request("Value for x-amz-checksum-algorithm header is invalid.")
+            })?),
+        };
+        let kind = input
+            .checksum_type
+            .as_ref()
+            .map(|t| t.as_str().to_ascii_uppercase());
+        let full_object = match (algorithm, kind.as_deref()) {
+            (None, Some(_)) => {
+                return Err(invalid_request(
+                    "The x-amz-checksum-type header can only be used with the \
+                     x-amz-checksum-algorithm header.",
+                ))
+            }
+            (None, None) => false,
+            (Some(a), None) => a == Algorithm::Crc64Nvme,
+            (Some(a), Some(ChecksumType::FULL_OBJECT)) if a.combinable() => true,
+            (Some(a), Some(ChecksumType::COMPOSITE)) if a != Algorithm::Crc64Nvme => false,
+            (Some(a), Some(k)) => {
+                return Err(invalid_request(format!(
+                    "The {k} checksum type cannot be used with the {} checksum algorithm.",
+                    a.name().to_ascii_lowercase()
+                )))
+            }
+        };
+        if let Some(a) = algorithm {
+            let kind = if full_object {
+                ChecksumType::FULL_OBJECT
+            } else {
+                ChecksumType::COMPOSITE
+            };
+            options
+                .checksums
+                .insert(format!("{}:{kind}", a.name()), String::new());
+        }
+        let upload_id = self
+            .store
+            .create_multipart(&input.bucket, &input.key, options)
+            .await
+            .map_err(store_error)?;
+        Ok(S3Response::new(CreateMultipartUploadOutput {
+            bucket: Some(input.bucket),
+            key: Some(input.key),
+            upload_id: Some(upload_id),
+            checksum_algorithm: input.checksum_algorithm,
+            checksum_type: algorithm.map(|_| {
+                ChecksumType::from(
+                    if full_object {
+                        ChecksumType::FULL_OBJECT
+                    } else {
+                        ChecksumType::COMPOSITE
+                    }
+                    .to_string(),
+                )
+            }),
+            ..CreateMultipartUploadOutput::default()
+        }))
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        let S3Request {
+            input,
+            headers,
+            trailing_headers,
+            ..
+        } = req;
+        if input.sse_customer_key.is_some() {
+            return Err(not_implemented("server-side encryption is not supported"));
+        }
+        let number = part_number(input.part_number)?;
+        let upload = self
+            .store
+            .upload_options(&input.bucket, &input.key, &input.upload_id)
+            .map_err(store_error)?;
+        let plan = Plan::from_request(
+            checksum_values(
+                input.checksum_crc32.as_ref(),
+                input.checksum_crc32c.as_ref(),
+                input.checksum_crc64nvme.as_ref(),
+                input.checksum_sha1.as_ref(),
+                input.checksum_sha256.as_ref(),
+            ),
+            input
+                .checksum_algorithm
+                .as_ref()
+                .map(ChecksumAlgorithm::as_str),
+            upload_checksum(&upload).map(|(a, _)| a),
+            &headers,
+            trailing_headers.as_ref(),
+        )?;
+        let incoming = self
+            .incoming(input.body, plan, trailing_headers, input.content_length)
+            .await?;
+        let options = PartOptions {
+            content_md5: content_md5(input.content_md5.as_ref())?,
+            checksums: incoming.checksums.clone(),
+        };
+        let info = self
+            .store
+            .upload_part(
+                &input.bucket,
+                &input.key,
+                &input.upload_id,
+                number,
+                incoming.body,
+                options,
+            )
+            .await
+            .map_err(|e| incoming.outcome.error(e))?;
+        // Every value that was checked (the stored ones when the store saw no end).
+        let answered = incoming
+            .outcome
+            .values()
+            .unwrap_or_else(|| incoming.checksums.clone());
+        let c = ChecksumFields::from_map(&answered);
+        Ok(S3Response::new(UploadPartOutput {
+            e_tag: Some(ETag::Strong(info.etag)),
+            checksum_crc32: c.crc32,
+            checksum_crc32c: c.crc32c,
+            checksum_crc64nvme: c.crc64nvme,
+            checksum_sha1: c.sha1,
+            checksum_sha256: c.sha256,
+            ..UploadPartOutput::default()
+        }))
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let input = req.input;
+        if input.if_match.is_some() || input.if_none_match.is_some() {
+            return Err(not_implemented("conditional writes are not supported"));
+        }
+        let listed = input
+            .multipart_upload
+            .as_ref()
+            .and_then(|m| m.parts.as_ref())
+            .filter(|p| !p.is_empty())
+            .ok_or_else(|| {
+                err(
+                    S3ErrorCode::MalformedXML,
+                    "The XML you provided was not well-formed or did not validate against our \
+                     published schema: a completion lists at least one part",
+                )
+            })?;
+        let mut parts: Vec<(u32, String)> = Vec::with_capacity(listed.len());
+        for p in listed {
+            let n = p
+                .part_number
+                .ok_or_else(|| err(S3ErrorCode::MalformedXML, "a part without a PartNumber"))?;
+            let e = p
+                .e_tag
+                .as_ref()
+                .ok_or_else(|| err(S3ErrorCode::MalformedXML, "a part without an ETag"))?;
+            parts.push((part_number(n)?, e.value().to_string()));
+        }
+        let checksums = match self
+            .store
+            .upload_options(&input.bucket, &input.key, &input.upload_id)
+        {
+            Ok(upload) => self.compose_checksums(&input, listed, &parts, &upload)?,
+            // Completed already (a repeat returns the object) or no such upload: the store
+            // answers either.
+            Err(StoreError::NoSuchUpload(_)) => BTreeMap::new(),
+            Err(e) => return Err(store_error(e)),
+        };
+        let info = self
+            .store
+            .complete_multipart(
+                &input.bucket,
+                &input.key,
+                &input.upload_id,
+                &parts,
+                checksums,
+            )
+            .await
+            .map_err(store_error)?;
+        let c = ChecksumFields::from_map(&info.checksums);
+        Ok(S3Response::new(CompleteMultipartUploadOutput {
+            bucket: Some(input.bucket.clone()),
+            key: Some(input.key.clone()),
+            e_tag: Some(ETag::Strong(info.etag)),
+            location: Some(format!("/{}/{}", input.bucket, input.key)),
+            checksum_crc32: c.crc32,
+            checksum_crc32c: c.crc32c,
+            checksum_crc64nvme: c.crc64nvme,
+            checksum_sha1: c.sha1,
+            checksum_sha256: c.sha256,
+            checksum_type: c.kind,
+            ..CompleteMultipartUploadOutput::default()
+        }))
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        let input = req.input;
+        self.store
+            .abort_multipart(&input.bucket, &input.key, &input.upload_id)
+            .await
+            .map_err(store_error)?;
+        Ok(S3Response::new(AbortMultipartUploadOutput::default()))
+    }
+
+    async fn list_parts(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        let input = req.input;
+        let upload = self
+            .store
+            .upload_options(&input.bucket, &input.key, &input.upload_id)
+            .map_err(store_error)?;
+        let all = self
+            .store
+            .list_parts(&input.bucket, &input.key, &input.upload_id)
+            .map_err(store_error)?;
+        let max = match input.max_parts {
+            None => PAGE_MAX,
+            Some(n) if n < 0 => return Err(invalid_argument("max-parts must not be negative")),
+            Some(n) => (n as usize).min(PAGE_MAX),
+        };
+        let marker = input.part_number_marker.unwrap_or(0).max(0) as u32;
+        let rest: Vec<_> = all.into_iter().filter(|p| p.number > marker).collect();
+        let truncated = rest.len() > max;
+        let page: Vec<_> = rest.into_iter().take(max).collect();
+        let next = page.last().map(|p| p.number as i32);
+        let parts = page
+            .into_iter()
+            .map(|p| {
+                let c = ChecksumFields::from_map(&p.checksums);
+                Part {
+                    part_number: Some(p.number as i32),
+                    e_tag: Some(ETag::Strong(p.etag)),
+                    size: Some(p.size as i64),
+                    last_modified: Some(util::timestamp(p.last_modified)),
+                    checksum_crc32: c.crc32,
+                    checksum_crc32c: c.crc32c,
+                    checksum_crc64nvme: c.crc64nvme,
+                    checksum_sha1: c.sha1,
+                    checksum_sha256: c.sha256,
+                }
+            })
+            .collect::<Vec<_>>();
+        let checksum = upload_checksum(&upload);
+        Ok(S3Response::new(ListPartsOutput {
+            bucket: Some(input.bucket),
+            key: Some(input.key),
+            upload_id: Some(input.upload_id),
+            part_number_marker: input.part_number_marker,
+            next_part_number_marker: if truncated { next } else { None },
+            max_parts: Some(max as i32),
+            is_truncated: Some(truncated),
+            parts: (!parts.is_empty()).then_some(parts),
+            owner: Some(Self::owner()),
+            initiator: Some(Initiator {
+                display_name: Some(OWNER_ID.to_string()),
+                id: Some(OWNER_ID.to_string()),
+            }),
+            storage_class: Some(StorageClass::from(StorageClass::STANDARD.to_string())),
+            checksum_algorithm: checksum
+                .map(|(a, _)| ChecksumAlgorithm::from(a.name().to_string())),
+            checksum_type: checksum.map(|(_, full)| {
+                ChecksumType::from(
+                    if full {
+                        ChecksumType::FULL_OBJECT
+                    } else {
+                        ChecksumType::COMPOSITE
+                    }
+                    .to_string(),
+                )
+            }),
+            ..ListPartsOutput::default()
+        }))
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        let input = req.input;
+        let enc = Enc(url_encoded(input.encoding_type.as_ref())?);
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let delimiter = nonempty(input.delimiter.clone());
+        let max = match input.max_uploads {
+            None => PAGE_MAX,
+            Some(n) if n < 0 => return Err(invalid_argument("max-uploads must not be negative")),
+            Some(n) => (n as usize).min(PAGE_MAX),
+        };
+        let all = self
+            .store
+            .list_uploads(&input.bucket, &prefix)
+            .map_err(store_error)?;
+        let rollup = |key: &str| -> Option<String> {
+            let d = delimiter.as_deref()?;
+            let rest = key.get(prefix.len()..)?;
+            rest.find(d)
+                .map(|i| key[..prefix.len() + i + d.len()].to_string())
+        };
+        // Skip to after the markers.
+        let key_marker = nonempty(input.key_marker.clone());
+        let id_marker = input
+            .upload_id_marker
+            .clone()
+            .filter(|_| key_marker.is_some());
+        let mut passed_id_marker = false;
+        let mut uploads = Vec::new();
+        let mut prefixes: Vec<String> = Vec::new();
+        let mut truncated = false;
+        let mut last: Option<(String, Option<String>)> = None;
+        for u in all {
+            if let Some(m) = &key_marker {
+                if rollup(m).as_deref() == Some(m.as_str()) && u.key.starts_with(m.as_str()) {
+                    continue;
+                }
+                if u.key < *m {
+                    continue;
+                }
+                // The marker's own key: only its uploads after the upload-id marker.
+                if u.key == *m && !passed_id_marker {
+                    if id_marker.as_deref() == Some(u.upload_id.as_str()) {
+                        passed_id_marker = true;
+                    }
+                    continue;
+                }
+            }
+            let cp = rollup(&u.key);
+            if let Some(cp) = &cp {
+                if prefixes.last() == Some(cp) {
+                    continue;
+                }
+            }
+            if uploads.len() + prefixes.len() >= max {
+                truncated = true;
+                break;
+            }
+            match cp {
+                Some(cp) => {
+                    last = Some((cp.clone(), None));
+                    prefixes.push(cp);
+                }
+                None => {
+                    last = Some((u.key.clone(), Some(u.upload_id.clone())));
+                    uploads.push(MultipartUpload {
+                        key: Some(enc.s(&u.key)),
+                        upload_id: Some(u.upload_id),
+                        initiated: Some(util::timestamp(u.initiated)),
+                        initiator: Some(Initiator {
+                            display_name: Some(OWNER_ID.to_string()),
+                            id: Some(OWNER_ID.to_string()),
+                        }),
+                        owner: Some(Self::owner()),
+                        storage_class: Some(StorageClass::from(StorageClass::STANDARD.to_string())),
+                        ..MultipartUpload::default()
+                    });
+                }
+            }
+        }
+        let (next_key, next_id) = match (truncated, last) {
+            (true, Some((k, id))) => (Some(enc.s(&k)), id),
+            _ => (None, None),
+        };
+        Ok(S3Response::new(ListMultipartUploadsOutput {
+            bucket: Some(input.bucket),
+            prefix: Some(enc.s(&prefix)),
+            delimiter: enc.o(input.delimiter.as_ref()),
+            key_marker: Some(enc.s(input.key_marker.as_deref().unwrap_or_default())),
+            upload_id_marker: Some(input.upload_id_marker.unwrap_or_default()),
+            max_uploads: Some(max as i32),
+            is_truncated: Some(truncated),
+            next_key_marker: next_key,
+            next_upload_id_marker: next_id,
+            common_prefixes: (!prefixes.is_empty()).then(|| {
+                prefixes
+                    .iter()
+                    .map(|p| CommonPrefix {
+                        prefix: Some(enc.s(p)),
+                    })
+                    .collect()
+            }),
+            uploads: (!uploads.is_empty()).then_some(uploads),
+            encoding_type: enc.kind(),
+            request_charged: None,
+        }))
+    }
+}
+
+impl RailS3 {
+    /// The object checksum a completion stores: composed from the parts' checksums of the
+    /// upload's algorithm (those the store kept, else those the client lists), checked against
+    /// what the client states for the whole object.
+    fn compose_checksums(
+        &self,
+        input: &CompleteMultipartUploadInput,
+        listed: &[CompletedPart],
+        parts: &[(u32, String)],
+        upload: &PutOptions,
+    ) -> S3Result<BTreeMap<String, String>> {
+        let mut out = BTreeMap::new();
+        let Some((alg, full)) = upload_checksum(upload) else {
+            return Ok(out);
+        };
+        let stored = self
+            .store
+            .list_parts(&input.bucket, &input.key, &input.upload_id)
+            .map_err(store_error)?;
+        let mut raws = Vec::with_capacity(parts.len());
+        for ((n, _), listed) in parts.iter().zip(listed) {
+            let Some(part) = stored.iter().find(|p| p.number == *n) else {
+                // The store refuses the completion with InvalidPart.
+                return Ok(out);
+            };
+            let client = match alg {
+                Algorithm::Crc32 => listed.checksum_crc32.as_ref(),
+                Algorithm::Crc32c => listed.checksum_crc32c.as_ref(),
+                Algorithm::Crc64Nvme => listed.checksum_crc64nvme.as_ref(),
+                Algorithm::Sha1 => listed.checksum_sha1.as_ref(),
+                Algorithm::Sha256 => listed.checksum_sha256.as_ref(),
+            };
+            let client = match client {
+                Some(v) => Some(checksum::decode_value(alg, v).ok_or_else(|| {
+                    err(
+                        S3ErrorCode::InvalidPart,
+                        format!("part {n}: the {} checksum is not valid", alg.name()),
+                    )
+                })?),
+                None => None,
+            };
+            let kept = checksum::stored(&part.checksums, alg)
+                .and_then(|v| checksum::decode_value(alg, &v));
+            let raw = match (kept, client) {
+                (Some(k), Some(c)) if k != c => {
+                    return Err(err(
+                        S3ErrorCode::InvalidPart,
+                        format!(
+                            "part {n}: the {} checksum listed does not match the part's",
+                            alg.name()
+                        ),
+                    ))
+                }
+                (Some(k), _) => k,
+                (None, Some(c)) => c,
+                (None, None) => {
+                    tracing::debug!(part = n, "a part has no checksum; the object gets none");
+                    return Ok(out);
+                }
+            };
+            raws.push((raw, part.size));
+        }
+        if let Some(size) = input.mpu_object_size {
+            let total: u64 = raws.iter().map(|(_, s)| s).sum();
+            if u64::try_from(size).ok() != Some(total) {
+                return Err(invalid_request(format!(
+                    "The provided x-amz-mp-object-size ({size}) does not match the parts' size \
+                     ({total})."
+                )));
+            }
+        }
+        let Some(value) = checksum::compose(alg, full, &raws) else {
+            return Ok(out);
+        };
+        let stated = match alg {
+            Algorithm::Crc32 => input.checksum_crc32.as_ref(),
+            Algorithm::Crc32c => input.checksum_crc32c.as_ref(),
+            Algorithm::Crc64Nvme => input.checksum_crc64nvme.as_ref(),
+            Algorithm::Sha1 => input.checksum_sha1.as_ref(),
+            Algorithm::Sha256 => input.checksum_sha256.as_ref(),
+        };
+        if let Some(s) = stated {
+            let base = |v: &str| v.split('-').next().unwrap_or_default().trim().to_string();
+            if base(s) != base(&value) {
+                return Err(err(
+                    S3ErrorCode::BadDigest,
+                    format!(
+                        "The {} you specified for the object did not match the calculated \
+                         checksum.",
+                        alg.name()
+                    ),
+                ));
+            }
+        }
+        out.insert(alg.name().to_string(), value);
+        Ok(out)
+    }
+}

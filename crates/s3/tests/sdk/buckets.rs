@@ -1,0 +1,140 @@
+use crate::common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bucket_lifecycle() {
+    let s = start().await;
+    let c = &s.client;
+
+    c.create_bucket().bucket("alpha").send().await.unwrap();
+    // Re-creating one's own bucket succeeds (us-east-1 behaviour) and keeps its objects.
+    s.put("alpha", "k", b"v".to_vec()).await;
+    c.create_bucket().bucket("alpha").send().await.unwrap();
+    assert_eq!(s.get("alpha", "k").await, b"v");
+    c.create_bucket().bucket("beta").send().await.unwrap();
+
+    let list = c.list_buckets().send().await.unwrap();
+    let names: Vec<_> = list
+        .buckets()
+        .iter()
+        .map(|b| b.name().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["alpha", "beta"]);
+    assert!(list.buckets()[0].creation_date().is_some());
+    assert!(list.owner().is_some());
+    let only_b = c.list_buckets().prefix("b").send().await.unwrap();
+    assert_eq!(only_b.buckets().len(), 1);
+    let paged = c.list_buckets().max_buckets(1).send().await.unwrap();
+    assert_eq!(paged.buckets().len(), 1);
+    let rest = c
+        .list_buckets()
+        .max_buckets(1)
+        .continuation_token(paged.continuation_token().expect("a token"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rest.buckets()[0].name(), Some("beta"));
+    assert_eq!(rest.continuation_token(), None);
+
+    c.head_bucket().bucket("alpha").send().await.unwrap();
+    let e = c.head_bucket().bucket("gamma").send().await.unwrap_err();
+    assert_eq!(status(&e), Some(404));
+
+    let loc = c
+        .get_bucket_location()
+        .bucket("alpha")
+        .send()
+        .await
+        .unwrap();
+    assert!(loc
+        .location_constraint()
+        .is_none_or(|l| l.as_str().is_empty()));
+    let v = c
+        .get_bucket_versioning()
+        .bucket("alpha")
+        .send()
+        .await
+        .unwrap();
+    assert!(v.status().is_none());
+
+    // Not empty: 409 BucketNotEmpty, nothing changes.
+    let e = c.delete_bucket().bucket("alpha").send().await.unwrap_err();
+    assert_eq!(code(&e).as_deref(), Some("BucketNotEmpty"));
+    assert_eq!(status(&e), Some(409));
+    assert_eq!(s.get("alpha", "k").await, b"v");
+    // An upload in progress also keeps it.
+    let up = c
+        .create_multipart_upload()
+        .bucket("alpha")
+        .key("m")
+        .send()
+        .await
+        .unwrap();
+    c.delete_object()
+        .bucket("alpha")
+        .key("k")
+        .send()
+        .await
+        .unwrap();
+    let e = c.delete_bucket().bucket("alpha").send().await.unwrap_err();
+    assert_eq!(code(&e).as_deref(), Some("BucketNotEmpty"));
+    c.abort_multipart_upload()
+        .bucket("alpha")
+        .key("m")
+        .upload_id(up.upload_id().unwrap())
+        .send()
+        .await
+        .unwrap();
+
+    c.delete_bucket().bucket("alpha").send().await.unwrap();
+    let e = c.delete_bucket().bucket("alpha").send().await.unwrap_err();
+    assert_eq!(code(&e).as_deref(), Some("NoSuchBucket"));
+    let names: Vec<_> = c
+        .list_buckets()
+        .send()
+        .await
+        .unwrap()
+        .buckets()
+        .iter()
+        .map(|b| b.name().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["beta"]);
+    let e = c
+        .put_object()
+        .bucket("alpha")
+        .key("k")
+        .body(b"x".to_vec().into())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e).as_deref(), Some("NoSuchBucket"));
+    assert_eq!(status(&e), Some(404));
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_bucket_names_and_locations_are_refused() {
+    let s = start().await;
+    let c = &s.client;
+    for name in ["ab", "Upper-Case", "under_score", "-dash", "192.168.1.1"] {
+        let e = c.create_bucket().bucket(name).send().await.unwrap_err();
+        assert_eq!(code(&e).as_deref(), Some("InvalidBucketName"), "{name}");
+        assert_eq!(status(&e), Some(400), "{name}");
+    }
+    let e = c
+        .create_bucket()
+        .bucket("elsewhere")
+        .create_bucket_configuration(
+            aws_sdk_s3::types::CreateBucketConfiguration::builder()
+                .location_constraint(aws_sdk_s3::types::BucketLocationConstraint::EuWest1)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        code(&e).as_deref(),
+        Some("IllegalLocationConstraintException")
+    );
+    assert!(c.list_buckets().send().await.unwrap().buckets().is_empty());
+    s.stop().await;
+}

@@ -1,0 +1,295 @@
+use crate::common::*;
+use aws_sdk_s3::config::RequestChecksumCalculation;
+use aws_sdk_s3::primitives::SdkBody;
+use aws_sdk_s3::types::{Delete, ObjectIdentifier};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_credentials_are_refused() {
+    let s = start().await;
+    let b = s.bucket("auth").await;
+    s.put(&b, "k", b"secret".to_vec()).await;
+
+    let wrong_secret = client(
+        s.addr,
+        ACCESS_KEY,
+        "not-the-secret",
+        RequestChecksumCalculation::WhenSupported,
+    );
+    let e = wrong_secret.list_buckets().send().await.unwrap_err();
+    assert_eq!(code(&e).as_deref(), Some("SignatureDoesNotMatch"));
+    assert_eq!(status(&e), Some(403));
+    let e = wrong_secret
+        .put_object()
+        .bucket(&b)
+        .key("k")
+        .body(b"overwritten".to_vec().into())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&e), Some(403));
+
+    let unknown = client(
+        s.addr,
+        "AKIDUNKNOWN",
+        SECRET_KEY,
+        RequestChecksumCalculation::WhenSupported,
+    );
+    let e = unknown
+        .get_object()
+        .bucket(&b)
+        .key("k")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e).as_deref(), Some("InvalidAccessKeyId"));
+    assert_eq!(status(&e), Some(403));
+    assert_eq!(s.get(&b, "k").await, b"secret");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anonymous_requests_are_refused() {
+    let s = start().await;
+    let b = s.bucket("anon").await;
+    s.put(&b, "k", b"private".to_vec()).await;
+    for req in [
+        format!(
+            "GET / HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            s.addr
+        ),
+        format!(
+            "GET /{b}/k HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            s.addr
+        ),
+        format!(
+            "GET /{b}?list-type=2 HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            s.addr
+        ),
+        format!(
+            "PUT /{b}/k HTTP/1.1\r\nHost: {}\r\nContent-Length: 4\r\nConnection: close\r\n\r\nevil",
+            s.addr
+        ),
+        format!(
+            "DELETE /{b}/k HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            s.addr
+        ),
+        format!(
+            "PUT /newbucket HTTP/1.1\r\nHost: {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            s.addr
+        ),
+    ] {
+        let r = s.raw(req.as_bytes()).await;
+        assert_eq!(r.status, 403, "{req}");
+        assert!(
+            r.text().contains("<Code>AccessDenied</Code>"),
+            "{}",
+            r.text()
+        );
+    }
+    assert_eq!(s.get(&b, "k").await, b"private");
+    let buckets = s.client.list_buckets().send().await.unwrap();
+    assert_eq!(buckets.buckets().len(), 1);
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn presigned_urls() {
+    let s = start().await;
+    let b = s.bucket("presign").await;
+    s.put(&b, "k", b"shared".to_vec()).await;
+    let r = s.presigned_get(&b, "k").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"shared");
+    assert_eq!(
+        r.header("etag"),
+        Some(format!("\"{}\"", md5_hex(b"shared")).as_str())
+    );
+    // A presigned URL for another key does not open this one.
+    let p = s
+        .client
+        .get_object()
+        .bucket(&b)
+        .key("k")
+        .presigned(
+            aws_sdk_s3::presigning::PresigningConfig::expires_in(std::time::Duration::from_secs(
+                60,
+            ))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let uri: http::Uri = p.uri().parse().unwrap();
+    let tampered = uri
+        .path_and_query()
+        .unwrap()
+        .as_str()
+        .replace(&format!("/{b}/k?"), &format!("/{b}/other?"));
+    let r = s
+        .raw(
+            format!(
+                "GET {tampered} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+                s.addr
+            )
+            .as_bytes(),
+        )
+        .await;
+    assert_eq!(r.status, 403, "{}", r.text());
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_status_without_auth() {
+    let s = start().await;
+    let b = s.bucket("metrics").await;
+    s.put(&b, "k", b"counted".to_vec()).await;
+    let r = s
+        .raw(
+            format!(
+                "GET /metrics HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+                s.addr
+            )
+            .as_bytes(),
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    assert!(r.header("content-type").unwrap().starts_with("text/plain"));
+    let text = r.text();
+    assert!(text.contains("# TYPE railstore_"), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("railstore_")));
+    let r = s
+        .raw(
+            format!(
+                "GET /status HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+                s.addr
+            )
+            .as_bytes(),
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    let status: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(status["buckets"], 1);
+    assert_eq!(status["objects"], 1);
+    assert_eq!(status["devices"].as_array().unwrap().len(), 6);
+    // Signed, the same path is ListObjects on the bucket named "metrics".
+    let list = s
+        .client
+        .list_objects_v2()
+        .bucket("metrics")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(list.contents()[0].key(), Some("k"));
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_change_nothing() {
+    let s = start().await;
+    let b = s.bucket("malformed").await;
+    s.put(&b, "keep", b"kept".to_vec()).await;
+
+    // Malformed XML, signed.
+    for (bad, want) in [
+        ("<Delete><Object><Key>keep</Key>", "MalformedXML"),
+        ("not xml at all", "MalformedXML"),
+        (
+            "<Delete><Object><Key>keep</Key></Object><Extra>",
+            "MalformedXML",
+        ),
+        ("", "MissingRequestBodyError"),
+    ] {
+        let e = s
+            .client
+            .delete_objects()
+            .bucket(&b)
+            .delete(
+                Delete::builder()
+                    .objects(ObjectIdentifier::builder().key("keep").build().unwrap())
+                    .build()
+                    .unwrap(),
+            )
+            .customize()
+            .mutate_request(move |r| {
+                *r.body_mut() = SdkBody::from(bad);
+                r.headers_mut()
+                    .insert("content-length", bad.len().to_string());
+                r.headers_mut().remove("content-md5");
+            })
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(status(&e), Some(400), "{bad:?}: {}", describe(&e));
+        assert_eq!(code(&e).as_deref(), Some(want), "{bad:?}");
+    }
+    assert_eq!(s.get(&b, "keep").await, b"kept");
+
+    // Headers larger than S3 takes: S3's error; far larger: hyper's 431.
+    let big = format!(
+        "GET /{b}/keep HTTP/1.1\r\nHost: {}\r\nX-Big: {}\r\nConnection: close\r\n\r\n",
+        s.addr,
+        "x".repeat(30 << 10)
+    );
+    let r = s.raw(big.as_bytes()).await;
+    assert_eq!(r.status, 400);
+    assert!(
+        r.text()
+            .contains("<Code>RequestHeaderSectionTooLarge</Code>"),
+        "{}",
+        r.text()
+    );
+    let huge = format!(
+        "GET /{b}/keep HTTP/1.1\r\nHost: {}\r\nX-Big: {}\r\nConnection: close\r\n\r\n",
+        s.addr,
+        "x".repeat(200 << 10)
+    );
+    let r = s.raw(huge.as_bytes()).await;
+    assert_eq!(r.status, 431);
+    // Garbage instead of HTTP.
+    let r = raw(s.addr, b"HELLO THERE\r\n\r\n").await;
+    assert_eq!(r.status, 400);
+    // A path that is no bucket name.
+    let r = s
+        .raw(
+            format!(
+                "GET /Not_A_Bucket/k HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+                s.addr
+            )
+            .as_bytes(),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    // The server still serves.
+    assert_eq!(s.get(&b, "keep").await, b"kept");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_stops_serving() {
+    let s = start().await;
+    let addr = s.addr;
+    let b = s.bucket("bye").await;
+    s.put(&b, "k", b"v".to_vec()).await;
+    let c = s.client.clone();
+    s.stop().await;
+    let e = c.list_buckets().send().await.unwrap_err();
+    assert!(status(&e).is_none(), "no answer after shutdown");
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closing_store_answers_service_unavailable() {
+    let s = start().await;
+    let b = s.bucket("closing").await;
+    s.store.shutdown().await.unwrap();
+    let e = s
+        .client
+        .put_object()
+        .bucket(&b)
+        .key("k")
+        .body(b"v".to_vec().into())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e).as_deref(), Some("ServiceUnavailable"));
+    assert_eq!(status(&e), Some(503));
+}
