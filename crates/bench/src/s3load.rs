@@ -1699,25 +1699,41 @@ fn table_header() -> String {
     )
 }
 
+/// p50, p90, p99, p99.9 and max in µs, as the tables show a kind's latency (0 where none).
+fn latency_table_us(l: Option<&Latency>) -> [f64; 5] {
+    l.map_or([0.0; 5], |x| {
+        [x.p50_us, x.p90_us, x.p99_us, x.p999_us, x.max_us]
+    })
+}
+
+/// `% store` as the tables show it.
+fn pct_cell(pct_of_store: Option<f64>) -> String {
+    pct_of_store.map_or("-".into(), |p| format!("{p:.1}"))
+}
+
+/// The cells naming a run (target, workload, round), joined by `sep`.
+fn run_cells(r: &RunResult, sep: &str) -> String {
+    format!("{}{sep}{}{sep}{}", r.target, r.workload.name(), r.round)
+}
+
 fn table_lines(r: &RunResult) -> Vec<String> {
     r.kinds
         .iter()
         .map(|k| {
-            let l = |f: fn(&Latency) -> f64| k.latency.as_ref().map_or(0.0, f);
+            let latency: Vec<String> = latency_table_us(k.latency.as_ref())
+                .iter()
+                .map(|v| format!("{v:>9.0}"))
+                .collect();
             format!(
-                "{:<6} {:<6} {:<4} {:>9} {:>10.0} {:>9.1} {:>8} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>7}",
+                "{:<6} {:<6} {:<4} {:>9} {:>10.0} {:>9.1} {:>8} {} {:>9.0} {:>7}",
                 r.target,
                 r.workload.name(),
                 k.kind,
                 k.ops,
                 k.ops_per_s,
                 k.mb_per_s,
-                k.pct_of_store.map_or("-".into(), |p| format!("{p:.1}")),
-                l(|x| x.p50_us),
-                l(|x| x.p90_us),
-                l(|x| x.p99_us),
-                l(|x| x.p999_us),
-                l(|x| x.max_us),
+                pct_cell(k.pct_of_store),
+                latency.join(" "),
                 r.cpu_us_per_op,
                 k.errors
             )
@@ -1734,22 +1750,17 @@ pub fn results_csv(report: &S3Report) -> String {
     );
     for r in &report.runs {
         for k in &r.kinds {
-            let l = |f: fn(&Latency) -> f64| {
-                k.latency
-                    .as_ref()
+            // Empty where the kind has no such latency.
+            let cell = |lat: &Option<Latency>, f: fn(&Latency) -> f64| {
+                lat.as_ref()
                     .map_or(String::new(), |x| format!("{:.1}", f(x)))
             };
-            let t = |f: fn(&Latency) -> f64| {
-                k.ttfb
-                    .as_ref()
-                    .map_or(String::new(), |x| format!("{:.1}", f(x)))
-            };
+            let l = |f| cell(&k.latency, f);
+            let t = |f| cell(&k.ttfb, f);
             let _ = writeln!(
                 s,
-                "{},{},{},{},{},{},{:.4},{},{},{:.2},{:.3},{},{},{},{},{},{},{},{},{},{:.4},{:.1},{}",
-                r.target,
-                r.workload.name(),
-                r.round,
+                "{},{},{},{},{:.4},{},{},{:.2},{:.3},{},{},{},{},{},{},{},{},{},{:.4},{:.1},{}",
+                run_cells(r, ","),
                 k.kind,
                 report.plan.size_bytes,
                 report.plan.clients,
@@ -1783,10 +1794,8 @@ pub fn series_csv(report: &S3Report) -> String {
         for x in &r.series {
             let _ = writeln!(
                 s,
-                "{},{},{},{:.3},{:.2},{:.3},{},{}",
-                r.target,
-                r.workload.name(),
-                r.round,
+                "{},{:.3},{:.2},{:.3},{},{}",
+                run_cells(r, ","),
                 x.t_s,
                 x.ops_per_s,
                 x.mb_per_s,
@@ -1823,23 +1832,20 @@ pub fn summary_md(report: &S3Report) -> String {
     );
     for r in &report.runs {
         for k in &r.kinds {
-            let l = |f: fn(&Latency) -> f64| k.latency.as_ref().map_or(0.0, f);
+            let latency: Vec<String> = latency_table_us(k.latency.as_ref())
+                .iter()
+                .map(|v| format!("{v:.0}"))
+                .collect();
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {:.0} | {:.1} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {} |",
-                r.target,
-                r.workload.name(),
-                r.round,
+                "| {} | {} | {} | {:.0} | {:.1} | {} | {} | {:.0} | {} |",
+                run_cells(r, " | "),
                 k.kind,
                 k.ops,
                 k.ops_per_s,
                 k.mb_per_s,
-                k.pct_of_store.map_or("-".into(), |p| format!("{p:.1}")),
-                l(|x| x.p50_us),
-                l(|x| x.p90_us),
-                l(|x| x.p99_us),
-                l(|x| x.p999_us),
-                l(|x| x.max_us),
+                pct_cell(k.pct_of_store),
+                latency.join(" | "),
                 r.cpu_us_per_op,
                 k.errors
             );

@@ -39,6 +39,154 @@ pub const LATE_CHECKSUM_BUFFERS_BYTES_MAX: u64 = 256 << 20;
 const OWNER_ID: &str = "railstore";
 const DEFAULT_CONTENT_TYPE: &str = "binary/octet-stream";
 
+// The s3s inputs and outputs are distinct types with the same field names; these macros
+// read or fill those fields wherever they stand.
+
+/// The [`ObjectFields`] of a put, copy or multipart-upload input.
+macro_rules! object_fields {
+    ($input:expr) => {
+        ObjectFields {
+            content_type: $input.content_type.as_ref(),
+            metadata: $input.metadata.as_ref(),
+            cache_control: $input.cache_control.as_ref(),
+            content_disposition: $input.content_disposition.as_ref(),
+            content_encoding: $input.content_encoding.as_ref(),
+            content_language: $input.content_language.as_ref(),
+            expires: $input.expires.as_ref(),
+        }
+    };
+}
+
+/// Whether a write input asks for object lock (which [`refuse_unsupported`] refuses).
+macro_rules! object_lock_requested {
+    ($input:expr) => {
+        $input.object_lock_mode.is_some()
+            || $input.object_lock_retain_until_date.is_some()
+            || $input.object_lock_legal_hold_status.is_some()
+    };
+}
+
+/// The checksum [`Plan`] of a body-carrying input (PutObject, UploadPart); `$upload` is the
+/// algorithm the multipart upload was created with, if any.
+macro_rules! checksum_plan {
+    ($input:expr, $upload:expr, $headers:expr, $trailers:expr) => {
+        Plan::from_request(
+            [
+                (Algorithm::Crc32, $input.checksum_crc32.as_ref()),
+                (Algorithm::Crc32c, $input.checksum_crc32c.as_ref()),
+                (Algorithm::Crc64Nvme, $input.checksum_crc64nvme.as_ref()),
+                (Algorithm::Sha1, $input.checksum_sha1.as_ref()),
+                (Algorithm::Sha256, $input.checksum_sha256.as_ref()),
+            ],
+            $input
+                .checksum_algorithm
+                .as_ref()
+                .map(ChecksumAlgorithm::as_str),
+            $upload,
+            $headers,
+            $trailers,
+        )?
+    };
+}
+
+/// The value a completion or a completed part states for `$alg`.
+macro_rules! checksum_of {
+    ($fields:expr, $alg:expr) => {
+        match $alg {
+            Algorithm::Crc32 => $fields.checksum_crc32.as_ref(),
+            Algorithm::Crc32c => $fields.checksum_crc32c.as_ref(),
+            Algorithm::Crc64Nvme => $fields.checksum_crc64nvme.as_ref(),
+            Algorithm::Sha1 => $fields.checksum_sha1.as_ref(),
+            Algorithm::Sha256 => $fields.checksum_sha256.as_ref(),
+        }
+    };
+}
+
+/// The conditional headers of a GET or HEAD input.
+macro_rules! read_conditions {
+    ($input:expr) => {
+        Conditions {
+            if_match: $input.if_match.as_ref(),
+            if_none_match: $input.if_none_match.as_ref(),
+            if_modified_since: $input.if_modified_since.as_ref(),
+            if_unmodified_since: $input.if_unmodified_since.as_ref(),
+        }
+    };
+}
+
+/// `$ty { fields }` with the [`ChecksumFields`] `$c` filled in, the rest default; `untyped`
+/// for outputs without a checksum type (parts).
+macro_rules! with_checksums {
+    ($ty:ident { $($field:ident: $value:expr),* $(,)? }, $c:expr) => {{
+        let mut c: ChecksumFields = $c;
+        let kind = c.kind.take();
+        with_checksums!($ty { checksum_type: kind, $($field: $value),* }, c, untyped)
+    }};
+    ($ty:ident { $($field:ident: $value:expr),* $(,)? }, $c:expr, untyped) => {{
+        let c: ChecksumFields = $c;
+        // Some outputs (CopyObjectResult, Part) have no fields besides these.
+        #[allow(clippy::needless_update)]
+        let output = $ty {
+            $($field: $value,)*
+            checksum_crc32: c.crc32,
+            checksum_crc32c: c.crc32c,
+            checksum_crc64nvme: c.crc64nvme,
+            checksum_sha1: c.sha1,
+            checksum_sha256: c.sha256,
+            ..$ty::default()
+        };
+        output
+    }};
+}
+
+/// The [`KeyListing`] of a ListObjects (V1, V2) or ListObjectVersions input.
+macro_rules! key_listing {
+    ($input:expr) => {
+        KeyListing {
+            enc: Enc(url_encoded($input.encoding_type.as_ref())?),
+            max: page_size($input.max_keys, "max-keys")?,
+            prefix: $input.prefix.clone().unwrap_or_default(),
+        }
+    };
+}
+
+/// A ListObjects (V1, V2) or ListObjectVersions output: `$ty { fields }` with the fields they
+/// share, from the input, its [`KeyListing`] and the page.
+macro_rules! listing_output {
+    ($ty:ident { $($field:ident: $value:expr),* $(,)? }, $input:expr, $l:expr, $page:expr) => {
+        $ty {
+            $($field: $value,)*
+            name: Some($input.bucket.clone()),
+            prefix: Some($l.enc.s(&$l.prefix)),
+            max_keys: Some($l.max as i32),
+            is_truncated: Some($page.truncated),
+            common_prefixes: common_prefixes(&$page.prefixes, &$l.enc),
+            delimiter: $l.enc.o($input.delimiter.as_ref()),
+            encoding_type: $l.enc.kind(),
+            request_charged: None,
+        }
+    };
+}
+
+/// A GET or HEAD output: `$ty { fields }` with the object's [`Described`] `$d` filled in.
+macro_rules! described_output {
+    ($ty:ident { $($field:ident: $value:expr),* $(,)? }, $d:expr) => {{
+        let d: Described = $d;
+        with_checksums!($ty {
+            $($field: $value,)*
+            content_type: d.content_type,
+            metadata: d.metadata,
+            cache_control: d.cache_control,
+            content_disposition: d.content_disposition,
+            content_encoding: d.content_encoding,
+            content_language: d.content_language,
+            expires: d.expires,
+            e_tag: d.e_tag,
+            last_modified: d.last_modified,
+        }, d.checksums)
+    }};
+}
+
 /// The S3 API over a [`Store`]. Give it to [`s3s::service::S3ServiceBuilder`], or use
 /// [`crate::bind`] / [`crate::serve`], which do.
 #[derive(Debug, Clone)]
@@ -204,12 +352,26 @@ impl RailS3 {
         d
     }
 
-    fn list(&self, bucket: &str, q: &ListQuery) -> S3Result<ListPage> {
-        if q.max_keys == 0 {
+    /// A page of the bucket's keys after `after`, rolled up at `delimiter` (an empty one is
+    /// none).
+    fn list(
+        &self,
+        bucket: &str,
+        l: &KeyListing,
+        delimiter: Option<&String>,
+        after: Option<String>,
+    ) -> S3Result<ListPage> {
+        if l.max == 0 {
             self.store.head_bucket(bucket).map_err(store_error)?;
             return Ok(ListPage::default());
         }
-        self.store.list_objects(bucket, q).map_err(store_error)
+        let q = ListQuery {
+            prefix: l.prefix.clone(),
+            delimiter: nonempty(delimiter.cloned()),
+            after,
+            max_keys: l.max,
+        };
+        self.store.list_objects(bucket, &q).map_err(store_error)
     }
 }
 
@@ -219,6 +381,12 @@ struct Incoming {
     /// The checksums to store with it (values known before the store takes the body).
     checksums: BTreeMap<String, String>,
     outcome: Outcome,
+}
+
+/// The checksums a write answers with: every value that was checked (the stored ones when
+/// the store saw no end). `outcome` and `stored` are an [`Incoming`]'s, its body spent.
+fn answered_checksums(outcome: &Outcome, stored: &BTreeMap<String, String>) -> ChecksumFields {
+    ChecksumFields::from_map(&outcome.values().unwrap_or_else(|| stored.clone()))
 }
 
 #[derive(Default)]
@@ -369,22 +537,6 @@ fn refuse_unsupported(
     Ok(())
 }
 
-fn checksum_values<'a>(
-    crc32: Option<&'a String>,
-    crc32c: Option<&'a String>,
-    crc64nvme: Option<&'a String>,
-    sha1: Option<&'a String>,
-    sha256: Option<&'a String>,
-) -> [(Algorithm, Option<&'a String>); 5] {
-    [
-        (Algorithm::Crc32, crc32),
-        (Algorithm::Crc32c, crc32c),
-        (Algorithm::Crc64Nvme, crc64nvme),
-        (Algorithm::Sha1, sha1),
-        (Algorithm::Sha256, sha256),
-    ]
-}
-
 fn range_spec(r: Option<&Range>) -> Option<RangeSpec> {
     r.map(|r| match *r {
         Range::Int { first, last } => RangeSpec::FromTo { first, last },
@@ -416,6 +568,59 @@ fn verdict_error(v: Verdict, info: &ObjectInfo) -> S3Result<()> {
     }
 }
 
+/// Checks a read's `partNumber`: an object not uploaded in parts is one part, the whole
+/// object; `parts` gives the object's part count, `multipart_refusal` the answer when it has
+/// parts.
+fn check_single_part(
+    n: i32,
+    range: Option<RangeSpec>,
+    parts: impl FnOnce() -> S3Result<u32>,
+    multipart_refusal: &str,
+) -> S3Result<()> {
+    if range.is_some() {
+        return Err(invalid_request(
+            "Cannot specify both Range header and partNumber query parameter",
+        ));
+    }
+    if parts()? > 0 {
+        return Err(not_implemented(multipart_refusal));
+    }
+    if n != 1 {
+        return Err(invalid_part_number());
+    }
+    Ok(())
+}
+
+fn checksum_mode_enabled(mode: Option<&ChecksumMode>) -> bool {
+    mode.is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED))
+}
+
+/// `Content-Range` of a ranged read of `[start, end)` of `size` bytes.
+fn content_range(whole: bool, start: u64, end: u64, size: u64) -> Option<String> {
+    (!whole).then(|| format!("bytes {start}-{}/{size}", end.max(1) - 1))
+}
+
+fn initiator() -> Initiator {
+    Initiator {
+        display_name: Some(OWNER_ID.to_string()),
+        id: Some(OWNER_ID.to_string()),
+    }
+}
+
+/// `STANDARD` as whichever storage-class type an output has.
+fn standard_class<T: From<String>>() -> T {
+    T::from(StorageClass::STANDARD.to_string())
+}
+
+/// The checksum type a multipart upload's object gets: full-object or composite.
+fn checksum_type_name(full_object: bool) -> &'static str {
+    if full_object {
+        ChecksumType::FULL_OBJECT
+    } else {
+        ChecksumType::COMPOSITE
+    }
+}
+
 fn invalid_part_number() -> S3Error {
     let mut e = err(
         S3ErrorCode::from_bytes(b"InvalidPartNumber").expect("a code"),
@@ -425,10 +630,11 @@ fn invalid_part_number() -> S3Error {
     e
 }
 
-fn max_keys(v: Option<i32>) -> S3Result<usize> {
+/// A listing's page size from its `max-keys` (or `max-parts`, `max-uploads`: `name`).
+fn page_size(v: Option<i32>, name: &str) -> S3Result<usize> {
     match v {
         None => Ok(PAGE_MAX),
-        Some(n) if n < 0 => Err(invalid_argument("max-keys must not be negative")),
+        Some(n) if n < 0 => Err(invalid_argument(format!("{name} must not be negative"))),
         Some(n) => Ok((n as usize).min(PAGE_MAX)),
     }
 }
@@ -469,15 +675,45 @@ impl Enc {
     }
 }
 
-fn common_prefixes(page: &ListPage, enc: &Enc) -> Option<Vec<CommonPrefix>> {
-    (!page.prefixes.is_empty()).then(|| {
-        page.prefixes
+fn common_prefixes(prefixes: &[String], enc: &Enc) -> Option<Vec<CommonPrefix>> {
+    (!prefixes.is_empty()).then(|| {
+        prefixes
             .iter()
             .map(|p| CommonPrefix {
                 prefix: Some(enc.s(p)),
             })
             .collect()
     })
+}
+
+/// What ListObjects (V1, V2) and ListObjectVersions read alike from their requests.
+struct KeyListing {
+    enc: Enc,
+    max: usize,
+    prefix: String,
+}
+
+/// A ListObjects (V1 or V2) page's objects; `owner` where the request wants it.
+fn listed_objects(page: &ListPage, enc: &Enc, owner: Option<Owner>) -> Vec<Object> {
+    page.objects
+        .iter()
+        .map(|o| Object {
+            key: Some(enc.s(&o.key)),
+            size: Some(o.size as i64),
+            e_tag: Some(ETag::Strong(o.etag.clone())),
+            last_modified: Some(util::timestamp(o.last_modified)),
+            storage_class: Some(standard_class()),
+            owner: owner.clone(),
+            ..Object::default()
+        })
+        .collect()
+}
+
+/// Where a truncated page's next one starts, encoded for the response.
+fn next_marker(page: &ListPage, enc: &Enc) -> Option<String> {
+    page.truncated
+        .then(|| page.next_after.as_ref().map(|m| enc.s(m)))
+        .flatten()
 }
 
 fn part_number(n: i32) -> S3Result<u32> {
@@ -656,9 +892,7 @@ impl S3 for RailS3 {
             input.server_side_encryption.as_ref(),
             input.sse_customer_key.as_ref(),
             input.ssekms_key_id.as_ref(),
-            input.object_lock_mode.is_some()
-                || input.object_lock_retain_until_date.is_some()
-                || input.object_lock_legal_hold_status.is_some(),
+            object_lock_requested!(input),
         )?;
         if input.if_match.is_some() || input.if_none_match.is_some() {
             return Err(not_implemented("conditional writes are not supported"));
@@ -670,35 +904,9 @@ impl S3 for RailS3 {
         }
         self.store.head_bucket(&input.bucket).map_err(store_error)?;
         let mechanism = self.mechanism(&headers, input.storage_class.as_ref())?;
-        let mut options = put_options(
-            ObjectFields {
-                content_type: input.content_type.as_ref(),
-                metadata: input.metadata.as_ref(),
-                cache_control: input.cache_control.as_ref(),
-                content_disposition: input.content_disposition.as_ref(),
-                content_encoding: input.content_encoding.as_ref(),
-                content_language: input.content_language.as_ref(),
-                expires: input.expires.as_ref(),
-            },
-            mechanism,
-        )?;
+        let mut options = put_options(object_fields!(input), mechanism)?;
         options.content_md5 = content_md5(input.content_md5.as_ref())?;
-        let plan = Plan::from_request(
-            checksum_values(
-                input.checksum_crc32.as_ref(),
-                input.checksum_crc32c.as_ref(),
-                input.checksum_crc64nvme.as_ref(),
-                input.checksum_sha1.as_ref(),
-                input.checksum_sha256.as_ref(),
-            ),
-            input
-                .checksum_algorithm
-                .as_ref()
-                .map(ChecksumAlgorithm::as_str),
-            None,
-            &headers,
-            trailing_headers.as_ref(),
-        )?;
+        let plan = checksum_plan!(input, None, &headers, trailing_headers.as_ref());
         let incoming = self
             .incoming(input.body, plan, trailing_headers, input.content_length)
             .await?;
@@ -708,21 +916,13 @@ impl S3 for RailS3 {
             .put_object(&input.bucket, &input.key, incoming.body, options)
             .await
             .map_err(|e| incoming.outcome.error(e))?;
-        let answered = incoming
-            .outcome
-            .values()
-            .unwrap_or_else(|| incoming.checksums.clone());
-        let c = ChecksumFields::from_map(&answered);
-        let output = PutObjectOutput {
-            e_tag: Some(ETag::Strong(info.etag.clone())),
-            checksum_crc32: c.crc32,
-            checksum_crc32c: c.crc32c,
-            checksum_crc64nvme: c.crc64nvme,
-            checksum_sha1: c.sha1,
-            checksum_sha256: c.sha256,
-            checksum_type: c.kind,
-            ..PutObjectOutput::default()
-        };
+        let c = answered_checksums(&incoming.outcome, &incoming.checksums);
+        let output = with_checksums!(
+            PutObjectOutput {
+                e_tag: Some(ETag::Strong(info.etag.clone())),
+            },
+            c
+        );
         Ok(S3Response::with_headers(
             output,
             mechanism_headers(&info.mechanism),
@@ -735,32 +935,19 @@ impl S3 for RailS3 {
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let input = &req.input;
         check_version(input.version_id.as_deref())?;
-        let conditions = Conditions {
-            if_match: input.if_match.as_ref(),
-            if_none_match: input.if_none_match.as_ref(),
-            if_modified_since: input.if_modified_since.as_ref(),
-            if_unmodified_since: input.if_unmodified_since.as_ref(),
-        };
+        let conditions = read_conditions!(input);
         let mut range = range_spec(input.range.as_ref());
         let mut part_answer = false;
         if let Some(n) = input.part_number {
-            if range.is_some() {
-                return Err(invalid_request(
-                    "Cannot specify both Range header and partNumber query parameter",
-                ));
-            }
-            let info = self
-                .store
-                .head_object(&input.bucket, &input.key)
-                .map_err(store_error)?;
-            if info.parts > 0 {
-                return Err(not_implemented(
-                    "reading one part of a multipart object is not supported; use a range",
-                ));
-            }
-            if n != 1 {
-                return Err(invalid_part_number());
-            }
+            check_single_part(
+                n,
+                range,
+                || {
+                    let info = self.store.head_object(&input.bucket, &input.key);
+                    Ok(info.map_err(store_error)?.parts)
+                },
+                "reading one part of a multipart object is not supported; use a range",
+            )?;
             range = None;
             part_answer = true;
         }
@@ -797,38 +984,21 @@ impl S3 for RailS3 {
         verdict_error(conditions.evaluate(&info.etag, info.last_modified), info)?;
         let (start, end) = got.range;
         let whole = range.is_none();
-        let checksum_mode = input
-            .checksum_mode
-            .as_ref()
-            .is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED));
+        let checksum_mode = checksum_mode_enabled(input.checksum_mode.as_ref());
         let d = self.described(info, checksum_mode, whole);
-        let content_range =
-            (!whole).then(|| format!("bytes {start}-{}/{}", end.max(1) - 1, info.size));
+        let content_range = content_range(whole, start, end, info.size);
         let what = format!("{}/{}", input.bucket, input.key);
         let body = Outgoing::new(got.body, end - start, what);
-        let output = GetObjectOutput {
-            accept_ranges: Some("bytes".to_string()),
-            body: Some(StreamingBlob::new(body)),
-            content_length: Some((end - start) as i64),
-            content_range,
-            content_type: d.content_type,
-            metadata: d.metadata,
-            cache_control: d.cache_control,
-            content_disposition: d.content_disposition,
-            content_encoding: d.content_encoding,
-            content_language: d.content_language,
-            expires: d.expires,
-            e_tag: d.e_tag,
-            last_modified: d.last_modified,
-            checksum_crc32: d.checksums.crc32,
-            checksum_crc32c: d.checksums.crc32c,
-            checksum_crc64nvme: d.checksums.crc64nvme,
-            checksum_sha1: d.checksums.sha1,
-            checksum_sha256: d.checksums.sha256,
-            checksum_type: d.checksums.kind,
-            parts_count: part_answer.then_some(1),
-            ..GetObjectOutput::default()
-        };
+        let output = described_output!(
+            GetObjectOutput {
+                accept_ranges: Some("bytes".to_string()),
+                body: Some(StreamingBlob::new(body)),
+                content_length: Some((end - start) as i64),
+                content_range: content_range,
+                parts_count: part_answer.then_some(1),
+            },
+            d
+        );
         Ok(S3Response::with_headers(
             output,
             mechanism_headers(&info.mechanism),
@@ -845,28 +1015,16 @@ impl S3 for RailS3 {
             .store
             .head_object(&input.bucket, &input.key)
             .map_err(store_error)?;
-        let conditions = Conditions {
-            if_match: input.if_match.as_ref(),
-            if_none_match: input.if_none_match.as_ref(),
-            if_modified_since: input.if_modified_since.as_ref(),
-            if_unmodified_since: input.if_unmodified_since.as_ref(),
-        };
+        let conditions = read_conditions!(input);
         verdict_error(conditions.evaluate(&info.etag, info.last_modified), &info)?;
         let mut range = range_spec(input.range.as_ref());
         if let Some(n) = input.part_number {
-            if range.is_some() {
-                return Err(invalid_request(
-                    "Cannot specify both Range header and partNumber query parameter",
-                ));
-            }
-            if info.parts > 0 {
-                return Err(not_implemented(
-                    "describing one part of a multipart object is not supported",
-                ));
-            }
-            if n != 1 {
-                return Err(invalid_part_number());
-            }
+            check_single_part(
+                n,
+                range,
+                || Ok(info.parts),
+                "describing one part of a multipart object is not supported",
+            )?;
             range = None;
         }
         let (start, end) = match range {
@@ -874,34 +1032,17 @@ impl S3 for RailS3 {
             Some(r) => r.resolve(info.size).map_err(store_error)?,
         };
         let whole = range.is_none();
-        let checksum_mode = input
-            .checksum_mode
-            .as_ref()
-            .is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED));
+        let checksum_mode = checksum_mode_enabled(input.checksum_mode.as_ref());
         let d = self.described(&info, checksum_mode, whole);
-        let output = HeadObjectOutput {
-            accept_ranges: Some("bytes".to_string()),
-            content_length: Some((end - start) as i64),
-            content_range: (!whole)
-                .then(|| format!("bytes {start}-{}/{}", end.max(1) - 1, info.size)),
-            content_type: d.content_type,
-            metadata: d.metadata,
-            cache_control: d.cache_control,
-            content_disposition: d.content_disposition,
-            content_encoding: d.content_encoding,
-            content_language: d.content_language,
-            expires: d.expires,
-            e_tag: d.e_tag,
-            last_modified: d.last_modified,
-            checksum_crc32: d.checksums.crc32,
-            checksum_crc32c: d.checksums.crc32c,
-            checksum_crc64nvme: d.checksums.crc64nvme,
-            checksum_sha1: d.checksums.sha1,
-            checksum_sha256: d.checksums.sha256,
-            checksum_type: d.checksums.kind,
-            parts_count: input.part_number.map(|_| 1),
-            ..HeadObjectOutput::default()
-        };
+        let output = described_output!(
+            HeadObjectOutput {
+                accept_ranges: Some("bytes".to_string()),
+                content_length: Some((end - start) as i64),
+                content_range: content_range(whole, start, end, info.size),
+                parts_count: input.part_number.map(|_| 1),
+            },
+            d
+        );
         let mut resp = S3Response::with_headers(output, mechanism_headers(&info.mechanism));
         if !whole {
             resp.status = Some(StatusCode::PARTIAL_CONTENT);
@@ -1022,9 +1163,7 @@ impl S3 for RailS3 {
                 .as_ref()
                 .or(input.copy_source_sse_customer_key.as_ref()),
             input.ssekms_key_id.as_ref(),
-            input.object_lock_mode.is_some()
-                || input.object_lock_retain_until_date.is_some()
-                || input.object_lock_legal_hold_status.is_some(),
+            object_lock_requested!(input),
         )?;
         let src = self
             .store
@@ -1070,18 +1209,7 @@ impl S3 for RailS3 {
             BTreeMap::new()
         };
         let options = if replace {
-            let mut o = put_options(
-                ObjectFields {
-                    content_type: input.content_type.as_ref(),
-                    metadata: input.metadata.as_ref(),
-                    cache_control: input.cache_control.as_ref(),
-                    content_disposition: input.content_disposition.as_ref(),
-                    content_encoding: input.content_encoding.as_ref(),
-                    content_language: input.content_language.as_ref(),
-                    expires: input.expires.as_ref(),
-                },
-                mechanism,
-            )?;
+            let mut o = put_options(object_fields!(input), mechanism)?;
             o.checksums = body_checksums;
             Some(o)
         } else if mechanism.is_some() {
@@ -1103,16 +1231,13 @@ impl S3 for RailS3 {
             .map_err(store_error)?;
         let c = ChecksumFields::from_map(&info.checksums);
         let output = CopyObjectOutput {
-            copy_object_result: Some(CopyObjectResult {
-                e_tag: Some(ETag::Strong(info.etag.clone())),
-                last_modified: Some(util::timestamp(info.last_modified)),
-                checksum_crc32: c.crc32,
-                checksum_crc32c: c.crc32c,
-                checksum_crc64nvme: c.crc64nvme,
-                checksum_sha1: c.sha1,
-                checksum_sha256: c.sha256,
-                checksum_type: c.kind,
-            }),
+            copy_object_result: Some(with_checksums!(
+                CopyObjectResult {
+                    e_tag: Some(ETag::Strong(info.etag.clone())),
+                    last_modified: Some(util::timestamp(info.last_modified)),
+                },
+                c
+            )),
             ..CopyObjectOutput::default()
         };
         Ok(S3Response::with_headers(
@@ -1128,8 +1253,7 @@ impl S3 for RailS3 {
         req: S3Request<ListObjectsV2Input>,
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
         let input = req.input;
-        let enc = Enc(url_encoded(input.encoding_type.as_ref())?);
-        let max = max_keys(input.max_keys)?;
+        let l = key_listing!(input);
         let after =
             match input.continuation_token.as_deref() {
                 Some(t) => Some(token_decode(t).ok_or_else(|| {
@@ -1137,47 +1261,25 @@ impl S3 for RailS3 {
                 })?),
                 None => nonempty(input.start_after.clone()),
             };
-        let prefix = input.prefix.clone().unwrap_or_default();
-        let q = ListQuery {
-            prefix: prefix.clone(),
-            delimiter: nonempty(input.delimiter.clone()),
-            after,
-            max_keys: max,
-        };
-        let page = self.list(&input.bucket, &q)?;
+        let page = self.list(&input.bucket, &l, input.delimiter.as_ref(), after)?;
         let owner = input.fetch_owner.unwrap_or(false).then(Self::owner);
-        let contents: Vec<Object> = page
-            .objects
-            .iter()
-            .map(|o| Object {
-                key: Some(enc.s(&o.key)),
-                size: Some(o.size as i64),
-                e_tag: Some(ETag::Strong(o.etag.clone())),
-                last_modified: Some(util::timestamp(o.last_modified)),
-                storage_class: Some(ObjectStorageClass::from(StorageClass::STANDARD.to_string())),
-                owner: owner.clone(),
-                ..Object::default()
-            })
-            .collect();
+        let contents = listed_objects(&page, &l.enc, owner);
         let key_count = (page.objects.len() + page.prefixes.len()) as i32;
-        Ok(S3Response::new(ListObjectsV2Output {
-            name: Some(input.bucket.clone()),
-            prefix: Some(enc.s(&prefix)),
-            max_keys: Some(max as i32),
-            key_count: Some(key_count),
-            continuation_token: input.continuation_token.clone(),
-            is_truncated: Some(page.truncated),
-            next_continuation_token: page
-                .truncated
-                .then(|| page.next_after.as_deref().map(token_encode))
-                .flatten(),
-            common_prefixes: common_prefixes(&page, &enc),
-            contents: (!contents.is_empty()).then_some(contents),
-            delimiter: enc.o(input.delimiter.as_ref()),
-            encoding_type: enc.kind(),
-            start_after: enc.o(input.start_after.as_ref()),
-            request_charged: None,
-        }))
+        Ok(S3Response::new(listing_output!(
+            ListObjectsV2Output {
+                key_count: Some(key_count),
+                continuation_token: input.continuation_token.clone(),
+                next_continuation_token: page
+                    .truncated
+                    .then(|| page.next_after.as_deref().map(token_encode))
+                    .flatten(),
+                contents: (!contents.is_empty()).then_some(contents),
+                start_after: l.enc.o(input.start_after.as_ref()),
+            },
+            input,
+            l,
+            page
+        )))
     }
 
     async fn list_objects(
@@ -1185,47 +1287,23 @@ impl S3 for RailS3 {
         req: S3Request<ListObjectsInput>,
     ) -> S3Result<S3Response<ListObjectsOutput>> {
         let input = req.input;
-        let enc = Enc(url_encoded(input.encoding_type.as_ref())?);
-        let max = max_keys(input.max_keys)?;
-        let prefix = input.prefix.clone().unwrap_or_default();
+        let l = key_listing!(input);
         let delimiter = nonempty(input.delimiter.clone());
-        let q = ListQuery {
-            prefix: prefix.clone(),
-            delimiter: delimiter.clone(),
-            after: nonempty(input.marker.clone()),
-            max_keys: max,
-        };
-        let page = self.list(&input.bucket, &q)?;
-        let contents: Vec<Object> = page
-            .objects
-            .iter()
-            .map(|o| Object {
-                key: Some(enc.s(&o.key)),
-                size: Some(o.size as i64),
-                e_tag: Some(ETag::Strong(o.etag.clone())),
-                last_modified: Some(util::timestamp(o.last_modified)),
-                storage_class: Some(ObjectStorageClass::from(StorageClass::STANDARD.to_string())),
-                owner: Some(Self::owner()),
-                ..Object::default()
-            })
-            .collect();
+        let after = nonempty(input.marker.clone());
+        let page = self.list(&input.bucket, &l, delimiter.as_ref(), after)?;
+        let contents = listed_objects(&page, &l.enc, Some(Self::owner()));
         // S3 gives NextMarker only with a delimiter; without one the last key is the marker.
-        let next_marker = (page.truncated && delimiter.is_some())
-            .then(|| page.next_after.as_ref().map(|m| enc.s(m)))
-            .flatten();
-        Ok(S3Response::new(ListObjectsOutput {
-            name: Some(input.bucket.clone()),
-            prefix: Some(enc.s(&prefix)),
-            marker: Some(enc.s(input.marker.as_deref().unwrap_or_default())),
-            max_keys: Some(max as i32),
-            is_truncated: Some(page.truncated),
-            common_prefixes: common_prefixes(&page, &enc),
-            contents: (!contents.is_empty()).then_some(contents),
-            delimiter: enc.o(input.delimiter.as_ref()),
-            next_marker,
-            encoding_type: enc.kind(),
-            request_charged: None,
-        }))
+        let next_marker = next_marker(&page, &l.enc).filter(|_| delimiter.is_some());
+        Ok(S3Response::new(listing_output!(
+            ListObjectsOutput {
+                marker: Some(l.enc.s(input.marker.as_deref().unwrap_or_default())),
+                contents: (!contents.is_empty()).then_some(contents),
+                next_marker: next_marker,
+            },
+            input,
+            l,
+            page
+        )))
     }
 
     async fn list_object_versions(
@@ -1233,22 +1311,16 @@ impl S3 for RailS3 {
         req: S3Request<ListObjectVersionsInput>,
     ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
         let input = req.input;
-        let enc = Enc(url_encoded(input.encoding_type.as_ref())?);
-        let max = max_keys(input.max_keys)?;
-        let prefix = input.prefix.clone().unwrap_or_default();
+        let l = key_listing!(input);
         if input.version_id_marker.is_some() && input.key_marker.is_none() {
             return Err(invalid_argument(
                 "A version-id marker cannot be specified without a key marker.",
             ));
         }
-        let q = ListQuery {
-            prefix: prefix.clone(),
-            delimiter: nonempty(input.delimiter.clone()),
-            // One version per key: every version of the marker's key comes before "null".
-            after: nonempty(input.key_marker.clone()),
-            max_keys: max,
-        };
-        let page = self.list(&input.bucket, &q)?;
+        // One version per key: every version of the marker's key comes before "null".
+        let after = nonempty(input.key_marker.clone());
+        let page = self.list(&input.bucket, &l, input.delimiter.as_ref(), after)?;
+        let enc = &l.enc;
         let versions: Vec<ObjectVersion> = page
             .objects
             .iter()
@@ -1260,9 +1332,7 @@ impl S3 for RailS3 {
                 is_latest: Some(true),
                 version_id: Some("null".to_string()),
                 owner: Some(Self::owner()),
-                storage_class: Some(ObjectVersionStorageClass::from(
-                    StorageClass::STANDARD.to_string(),
-                )),
+                storage_class: Some(standard_class()),
                 ..ObjectVersion::default()
             })
             .collect();
@@ -1270,25 +1340,20 @@ impl S3 for RailS3 {
             .next_after
             .as_ref()
             .is_some_and(|n| page.objects.last().is_some_and(|o| &o.key == n));
-        Ok(S3Response::new(ListObjectVersionsOutput {
-            name: Some(input.bucket.clone()),
-            prefix: Some(enc.s(&prefix)),
-            key_marker: Some(enc.s(input.key_marker.as_deref().unwrap_or_default())),
-            version_id_marker: Some(input.version_id_marker.clone().unwrap_or_default()),
-            max_keys: Some(max as i32),
-            is_truncated: Some(page.truncated),
-            next_key_marker: page
-                .truncated
-                .then(|| page.next_after.as_ref().map(|m| enc.s(m)))
-                .flatten(),
-            next_version_id_marker: (page.truncated && last_is_object).then(|| "null".to_string()),
-            common_prefixes: common_prefixes(&page, &enc),
-            versions: (!versions.is_empty()).then_some(versions),
-            delete_markers: None,
-            delimiter: enc.o(input.delimiter.as_ref()),
-            encoding_type: enc.kind(),
-            request_charged: None,
-        }))
+        Ok(S3Response::new(listing_output!(
+            ListObjectVersionsOutput {
+                key_marker: Some(enc.s(input.key_marker.as_deref().unwrap_or_default())),
+                version_id_marker: Some(input.version_id_marker.clone().unwrap_or_default()),
+                next_key_marker: next_marker(&page, enc),
+                next_version_id_marker: (page.truncated && last_is_object)
+                    .then(|| "null".to_string()),
+                versions: (!versions.is_empty()).then_some(versions),
+                delete_markers: None,
+            },
+            input,
+            l,
+            page
+        )))
     }
 
     // ---- multipart ----
@@ -1302,23 +1367,10 @@ impl S3 for RailS3 {
             input.server_side_encryption.as_ref(),
             input.sse_customer_key.as_ref(),
             input.ssekms_key_id.as_ref(),
-            input.object_lock_mode.is_some()
-                || input.object_lock_retain_until_date.is_some()
-                || input.object_lock_legal_hold_status.is_some(),
+            object_lock_requested!(input),
         )?;
         let mechanism = self.mechanism(&headers, input.storage_class.as_ref())?;
-        let mut options = put_options(
-            ObjectFields {
-                content_type: input.content_type.as_ref(),
-                metadata: input.metadata.as_ref(),
-                cache_control: input.cache_control.as_ref(),
-                content_disposition: input.content_disposition.as_ref(),
-                content_encoding: input.content_encoding.as_ref(),
-                content_language: input.content_language.as_ref(),
-                expires: input.expires.as_ref(),
-            },
-            mechanism,
-        )?;
+        let mut options = put_options(object_fields!(input), mechanism)?;
         let algorithm = match input.checksum_algorithm.as_ref() {
             None => None,
             Some(a) => Some(Algorithm::parse(a.as_str()).ok_or_else(|| {
@@ -1348,11 +1400,7 @@ impl S3 for RailS3 {
             }
         };
         if let Some(a) = algorithm {
-            let kind = if full_object {
-                ChecksumType::FULL_OBJECT
-            } else {
-                ChecksumType::COMPOSITE
-            };
+            let kind = checksum_type_name(full_object);
             options
                 .checksums
                 .insert(format!("{}:{kind}", a.name()), String::new());
@@ -1367,16 +1415,8 @@ impl S3 for RailS3 {
             key: Some(input.key),
             upload_id: Some(upload_id),
             checksum_algorithm: input.checksum_algorithm,
-            checksum_type: algorithm.map(|_| {
-                ChecksumType::from(
-                    if full_object {
-                        ChecksumType::FULL_OBJECT
-                    } else {
-                        ChecksumType::COMPOSITE
-                    }
-                    .to_string(),
-                )
-            }),
+            checksum_type: algorithm
+                .map(|_| ChecksumType::from(checksum_type_name(full_object).to_string())),
             ..CreateMultipartUploadOutput::default()
         }))
     }
@@ -1399,22 +1439,12 @@ impl S3 for RailS3 {
             .store
             .upload_options(&input.bucket, &input.key, &input.upload_id)
             .map_err(store_error)?;
-        let plan = Plan::from_request(
-            checksum_values(
-                input.checksum_crc32.as_ref(),
-                input.checksum_crc32c.as_ref(),
-                input.checksum_crc64nvme.as_ref(),
-                input.checksum_sha1.as_ref(),
-                input.checksum_sha256.as_ref(),
-            ),
-            input
-                .checksum_algorithm
-                .as_ref()
-                .map(ChecksumAlgorithm::as_str),
+        let plan = checksum_plan!(
+            input,
             upload_checksum(&upload).map(|(a, _)| a),
             &headers,
-            trailing_headers.as_ref(),
-        )?;
+            trailing_headers.as_ref()
+        );
         let incoming = self
             .incoming(input.body, plan, trailing_headers, input.content_length)
             .await?;
@@ -1434,21 +1464,14 @@ impl S3 for RailS3 {
             )
             .await
             .map_err(|e| incoming.outcome.error(e))?;
-        // Every value that was checked (the stored ones when the store saw no end).
-        let answered = incoming
-            .outcome
-            .values()
-            .unwrap_or_else(|| incoming.checksums.clone());
-        let c = ChecksumFields::from_map(&answered);
-        Ok(S3Response::new(UploadPartOutput {
-            e_tag: Some(ETag::Strong(info.etag)),
-            checksum_crc32: c.crc32,
-            checksum_crc32c: c.crc32c,
-            checksum_crc64nvme: c.crc64nvme,
-            checksum_sha1: c.sha1,
-            checksum_sha256: c.sha256,
-            ..UploadPartOutput::default()
-        }))
+        let c = answered_checksums(&incoming.outcome, &incoming.checksums);
+        Ok(S3Response::new(with_checksums!(
+            UploadPartOutput {
+                e_tag: Some(ETag::Strong(info.etag)),
+            },
+            c,
+            untyped
+        )))
     }
 
     async fn complete_multipart_upload(
@@ -1504,19 +1527,15 @@ impl S3 for RailS3 {
             .await
             .map_err(store_error)?;
         let c = ChecksumFields::from_map(&info.checksums);
-        Ok(S3Response::new(CompleteMultipartUploadOutput {
-            bucket: Some(input.bucket.clone()),
-            key: Some(input.key.clone()),
-            e_tag: Some(ETag::Strong(info.etag)),
-            location: Some(format!("/{}/{}", input.bucket, input.key)),
-            checksum_crc32: c.crc32,
-            checksum_crc32c: c.crc32c,
-            checksum_crc64nvme: c.crc64nvme,
-            checksum_sha1: c.sha1,
-            checksum_sha256: c.sha256,
-            checksum_type: c.kind,
-            ..CompleteMultipartUploadOutput::default()
-        }))
+        Ok(S3Response::new(with_checksums!(
+            CompleteMultipartUploadOutput {
+                bucket: Some(input.bucket.clone()),
+                key: Some(input.key.clone()),
+                e_tag: Some(ETag::Strong(info.etag)),
+                location: Some(format!("/{}/{}", input.bucket, input.key)),
+            },
+            c
+        )))
     }
 
     async fn abort_multipart_upload(
@@ -1544,11 +1563,7 @@ impl S3 for RailS3 {
             .store
             .list_parts(&input.bucket, &input.key, &input.upload_id)
             .map_err(store_error)?;
-        let max = match input.max_parts {
-            None => PAGE_MAX,
-            Some(n) if n < 0 => return Err(invalid_argument("max-parts must not be negative")),
-            Some(n) => (n as usize).min(PAGE_MAX),
-        };
+        let max = page_size(input.max_parts, "max-parts")?;
         let marker = input.part_number_marker.unwrap_or(0).max(0) as u32;
         let rest: Vec<_> = all.into_iter().filter(|p| p.number > marker).collect();
         let truncated = rest.len() > max;
@@ -1558,17 +1573,16 @@ impl S3 for RailS3 {
             .into_iter()
             .map(|p| {
                 let c = ChecksumFields::from_map(&p.checksums);
-                Part {
-                    part_number: Some(p.number as i32),
-                    e_tag: Some(ETag::Strong(p.etag)),
-                    size: Some(p.size as i64),
-                    last_modified: Some(util::timestamp(p.last_modified)),
-                    checksum_crc32: c.crc32,
-                    checksum_crc32c: c.crc32c,
-                    checksum_crc64nvme: c.crc64nvme,
-                    checksum_sha1: c.sha1,
-                    checksum_sha256: c.sha256,
-                }
+                with_checksums!(
+                    Part {
+                        part_number: Some(p.number as i32),
+                        e_tag: Some(ETag::Strong(p.etag)),
+                        size: Some(p.size as i64),
+                        last_modified: Some(util::timestamp(p.last_modified)),
+                    },
+                    c,
+                    untyped
+                )
             })
             .collect::<Vec<_>>();
         let checksum = upload_checksum(&upload);
@@ -1582,23 +1596,12 @@ impl S3 for RailS3 {
             is_truncated: Some(truncated),
             parts: (!parts.is_empty()).then_some(parts),
             owner: Some(Self::owner()),
-            initiator: Some(Initiator {
-                display_name: Some(OWNER_ID.to_string()),
-                id: Some(OWNER_ID.to_string()),
-            }),
-            storage_class: Some(StorageClass::from(StorageClass::STANDARD.to_string())),
+            initiator: Some(initiator()),
+            storage_class: Some(standard_class()),
             checksum_algorithm: checksum
                 .map(|(a, _)| ChecksumAlgorithm::from(a.name().to_string())),
-            checksum_type: checksum.map(|(_, full)| {
-                ChecksumType::from(
-                    if full {
-                        ChecksumType::FULL_OBJECT
-                    } else {
-                        ChecksumType::COMPOSITE
-                    }
-                    .to_string(),
-                )
-            }),
+            checksum_type: checksum
+                .map(|(_, full)| ChecksumType::from(checksum_type_name(full).to_string())),
             ..ListPartsOutput::default()
         }))
     }
@@ -1611,11 +1614,7 @@ impl S3 for RailS3 {
         let enc = Enc(url_encoded(input.encoding_type.as_ref())?);
         let prefix = input.prefix.clone().unwrap_or_default();
         let delimiter = nonempty(input.delimiter.clone());
-        let max = match input.max_uploads {
-            None => PAGE_MAX,
-            Some(n) if n < 0 => return Err(invalid_argument("max-uploads must not be negative")),
-            Some(n) => (n as usize).min(PAGE_MAX),
-        };
+        let max = page_size(input.max_uploads, "max-uploads")?;
         let all = self
             .store
             .list_uploads(&input.bucket, &prefix)
@@ -1674,12 +1673,9 @@ impl S3 for RailS3 {
                         key: Some(enc.s(&u.key)),
                         upload_id: Some(u.upload_id),
                         initiated: Some(util::timestamp(u.initiated)),
-                        initiator: Some(Initiator {
-                            display_name: Some(OWNER_ID.to_string()),
-                            id: Some(OWNER_ID.to_string()),
-                        }),
+                        initiator: Some(initiator()),
                         owner: Some(Self::owner()),
-                        storage_class: Some(StorageClass::from(StorageClass::STANDARD.to_string())),
+                        storage_class: Some(standard_class()),
                         ..MultipartUpload::default()
                     });
                 }
@@ -1699,14 +1695,7 @@ impl S3 for RailS3 {
             is_truncated: Some(truncated),
             next_key_marker: next_key,
             next_upload_id_marker: next_id,
-            common_prefixes: (!prefixes.is_empty()).then(|| {
-                prefixes
-                    .iter()
-                    .map(|p| CommonPrefix {
-                        prefix: Some(enc.s(p)),
-                    })
-                    .collect()
-            }),
+            common_prefixes: common_prefixes(&prefixes, &enc),
             uploads: (!uploads.is_empty()).then_some(uploads),
             encoding_type: enc.kind(),
             request_charged: None,
@@ -1739,13 +1728,7 @@ impl RailS3 {
                 // The store refuses the completion with InvalidPart.
                 return Ok(out);
             };
-            let client = match alg {
-                Algorithm::Crc32 => listed.checksum_crc32.as_ref(),
-                Algorithm::Crc32c => listed.checksum_crc32c.as_ref(),
-                Algorithm::Crc64Nvme => listed.checksum_crc64nvme.as_ref(),
-                Algorithm::Sha1 => listed.checksum_sha1.as_ref(),
-                Algorithm::Sha256 => listed.checksum_sha256.as_ref(),
-            };
+            let client = checksum_of!(listed, alg);
             let client = match client {
                 Some(v) => Some(checksum::decode_value(alg, v).ok_or_else(|| {
                     err(
@@ -1788,13 +1771,7 @@ impl RailS3 {
         let Some(value) = checksum::compose(alg, full, &raws) else {
             return Ok(out);
         };
-        let stated = match alg {
-            Algorithm::Crc32 => input.checksum_crc32.as_ref(),
-            Algorithm::Crc32c => input.checksum_crc32c.as_ref(),
-            Algorithm::Crc64Nvme => input.checksum_crc64nvme.as_ref(),
-            Algorithm::Sha1 => input.checksum_sha1.as_ref(),
-            Algorithm::Sha256 => input.checksum_sha256.as_ref(),
-        };
+        let stated = checksum_of!(input, alg);
         if let Some(s) = stated {
             let base = |v: &str| v.split('-').next().unwrap_or_default().trim().to_string();
             if base(s) != base(&value) {

@@ -155,7 +155,6 @@ pub(crate) struct Inner {
     garbage: Mutex<Vec<Arc<Vec<ChunkRef>>>>,
     pub metrics: Metrics,
     closing: AtomicBool,
-    closed: AtomicBool,
     /// Holds the data folder's lock for the store's lifetime.
     _lock_file: Option<File>,
     /// The last shutdown was not clean: scrub before trusting every piece.
@@ -342,7 +341,6 @@ impl Store {
                 garbage: Mutex::new(Vec::new()),
                 metrics: Metrics::default(),
                 closing: AtomicBool::new(false),
-                closed: AtomicBool::new(false),
                 _lock_file: lock_file,
                 unclean_start,
                 config,
@@ -919,7 +917,6 @@ impl Store {
             std::fs::write(&marker, b"")
                 .map_err(|e| StoreError::io(format!("writing {}", marker.display()), e))?;
         }
-        self.inner.closed.store(true, Ordering::SeqCst);
         tracing::info!("store shut down cleanly");
         Ok(())
     }

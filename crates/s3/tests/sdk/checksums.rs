@@ -22,10 +22,7 @@ async fn stored_checksums(
     key: &str,
 ) -> (Vec<(String, String)>, Option<ChecksumType>) {
     let out = s
-        .client
-        .head_object()
-        .bucket(b)
-        .key(key)
+        .head_request(b, key)
         .checksum_mode(ChecksumMode::Enabled)
         .send()
         .await
@@ -57,10 +54,7 @@ async fn sdk_default_checksums_are_checked_stored_and_returned() {
         let want = value(&ChecksumAlgorithm::Crc32, &body);
         let key = format!("mem-{len}");
         let out = s
-            .client
-            .put_object()
-            .bucket(&b)
-            .key(&key)
+            .put_request(&b, &key)
             .body(body.clone().into())
             .send()
             .await
@@ -79,10 +73,7 @@ async fn sdk_default_checksums_are_checked_stored_and_returned() {
         let rec = Recorder::default();
         let key = format!("file-{len}");
         let out = s
-            .client
-            .put_object()
-            .bucket(&b)
-            .key(&key)
+            .put_request(&b, &key)
             .body(ByteStream::from_path(&path).await.unwrap())
             .customize()
             .interceptor(rec.clone())
@@ -100,21 +91,11 @@ async fn sdk_default_checksums_are_checked_stored_and_returned() {
             vec![("CRC32".to_string(), want.clone())]
         );
         // The transfer's aws-chunked encoding is not the object's.
-        let head = s
-            .client
-            .head_object()
-            .bucket(&b)
-            .key(&key)
-            .send()
-            .await
-            .unwrap();
+        let head = s.head_request(&b, &key).send().await.unwrap();
         assert_eq!(head.content_encoding(), None);
         // The SDK validates what GET returns (its default), and the bytes are the same.
         let got = s
-            .client
-            .get_object()
-            .bucket(&b)
-            .key(&key)
+            .get_request(&b, &key)
             .checksum_mode(ChecksumMode::Enabled)
             .send()
             .await
@@ -123,20 +104,10 @@ async fn sdk_default_checksums_are_checked_stored_and_returned() {
         assert!(got.body.collect().await.unwrap().into_bytes()[..] == body[..]);
     }
     // No checksum mode, no checksums; a range gets none either.
-    let out = s
-        .client
-        .head_object()
-        .bucket(&b)
-        .key("mem-1000")
-        .send()
-        .await
-        .unwrap();
+    let out = s.head_request(&b, "mem-1000").send().await.unwrap();
     assert_eq!(out.checksum_crc32(), None);
     let out = s
-        .client
-        .get_object()
-        .bucket(&b)
-        .key("mem-1000")
+        .get_request(&b, "mem-1000")
         .range("bytes=0-9")
         .checksum_mode(ChecksumMode::Enabled)
         .send()
@@ -162,10 +133,7 @@ async fn every_algorithm_and_when_required() {
     .enumerate()
     {
         let key = format!("alg-{i}");
-        s.client
-            .put_object()
-            .bucket(&b)
-            .key(&key)
+        s.put_request(&b, &key)
             .checksum_algorithm(alg.clone())
             .body(body.clone().into())
             .send()
@@ -219,10 +187,7 @@ async fn mismatches_are_refused_and_store_nothing() {
 
     // A wrong x-amz-checksum-crc32 header.
     let e = s
-        .client
-        .put_object()
-        .bucket(&b)
-        .key("wrong-crc32")
+        .put_request(&b, "wrong-crc32")
         .checksum_crc32(value(&ChecksumAlgorithm::Crc32, b"something else"))
         .body(body.clone().into())
         .send()
@@ -234,10 +199,7 @@ async fn mismatches_are_refused_and_store_nothing() {
     // A wrong SHA-256 on a 20 MiB body: checked at the end of the stream.
     let big = data(20 << 20, 2);
     let e = s
-        .client
-        .put_object()
-        .bucket(&b)
-        .key("wrong-sha256")
+        .put_request(&b, "wrong-sha256")
         .checksum_sha256(value(&ChecksumAlgorithm::Sha256, b"x"))
         .body(big.into())
         .send()
@@ -247,10 +209,7 @@ async fn mismatches_are_refused_and_store_nothing() {
     absent("wrong-sha256").await;
     // Not base64 of the right length.
     let e = s
-        .client
-        .put_object()
-        .bucket(&b)
-        .key("malformed")
+        .put_request(&b, "malformed")
         .checksum_crc32_c("AAAA")
         .body(body.clone().into())
         .send()
@@ -260,10 +219,7 @@ async fn mismatches_are_refused_and_store_nothing() {
     absent("malformed").await;
     // A wrong Content-MD5; a right one passes.
     let e = s
-        .client
-        .put_object()
-        .bucket(&b)
-        .key("wrong-md5")
+        .put_request(&b, "wrong-md5")
         .content_md5(b64(&s3s::crypto::Md5::checksum(b"other")))
         .body(body.clone().into())
         .send()
@@ -271,10 +227,7 @@ async fn mismatches_are_refused_and_store_nothing() {
         .unwrap_err();
     assert_eq!(code(&e).as_deref(), Some("BadDigest"));
     absent("wrong-md5").await;
-    s.client
-        .put_object()
-        .bucket(&b)
-        .key("right-md5")
+    s.put_request(&b, "right-md5")
         .content_md5(b64(&s3s::crypto::Md5::checksum(&body)))
         .body(body.clone().into())
         .send()
@@ -282,10 +235,7 @@ async fn mismatches_are_refused_and_store_nothing() {
         .unwrap();
     // The body changed after signing: the signed payload hash no longer matches.
     let e = s
-        .client
-        .put_object()
-        .bucket(&b)
-        .key("tampered")
+        .put_request(&b, "tampered")
         .body(body.clone().into())
         .customize()
         .interceptor(AfterSigning(Arc::new(|r| {
@@ -353,14 +303,7 @@ async fn trailing_checksums_of_unsigned_chunked_bodies() {
             );
         } else {
             assert!(r.text().contains("<Code>BadDigest</Code>"), "{}", r.text());
-            let e = s
-                .client
-                .head_object()
-                .bucket(&b)
-                .key(key)
-                .send()
-                .await
-                .unwrap_err();
+            let e = s.head_request(&b, key).send().await.unwrap_err();
             assert_eq!(status(&e), Some(404));
         }
     }
@@ -388,14 +331,7 @@ async fn trailing_checksums_of_unsigned_chunked_bodies() {
         .await;
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(r.text().contains("<Code>BadDigest</Code>"), "{}", r.text());
-    let e = s
-        .client
-        .head_object()
-        .bucket(&b)
-        .key("big")
-        .send()
-        .await
-        .unwrap_err();
+    let e = s.head_request(&b, "big").send().await.unwrap_err();
     assert_eq!(status(&e), Some(404));
     s.stop().await;
 }

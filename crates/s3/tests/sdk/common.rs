@@ -220,6 +220,49 @@ impl TestServer {
     }
 }
 
+/// Methods that start a request on one object, its bucket and key set, for a test to add to
+/// and send: `s.put_request(&b, "k").body(…).send()`.
+macro_rules! object_requests {
+    ($($method:ident: $operation:ident -> $builder:ty;)*) => {
+        impl TestServer {
+            $(
+                pub fn $method(&self, bucket: impl Into<String>, key: impl Into<String>) -> $builder {
+                    self.client.$operation().bucket(bucket).key(key)
+                }
+            )*
+        }
+    };
+}
+
+object_requests! {
+    put_request: put_object -> aws_sdk_s3::operation::put_object::builders::PutObjectFluentBuilder;
+    get_request: get_object -> aws_sdk_s3::operation::get_object::builders::GetObjectFluentBuilder;
+    head_request: head_object -> aws_sdk_s3::operation::head_object::builders::HeadObjectFluentBuilder;
+    copy_request: copy_object -> aws_sdk_s3::operation::copy_object::builders::CopyObjectFluentBuilder;
+    create_upload_request: create_multipart_upload -> aws_sdk_s3::operation::create_multipart_upload::builders::CreateMultipartUploadFluentBuilder;
+    upload_part_request: upload_part -> aws_sdk_s3::operation::upload_part::builders::UploadPartFluentBuilder;
+    complete_request: complete_multipart_upload -> aws_sdk_s3::operation::complete_multipart_upload::builders::CompleteMultipartUploadFluentBuilder;
+}
+
+/// Methods that start a request on one bucket, as [`object_requests`] on one object.
+macro_rules! bucket_requests {
+    ($($method:ident: $operation:ident -> $builder:ty;)*) => {
+        impl TestServer {
+            $(
+                pub fn $method(&self, bucket: impl Into<String>) -> $builder {
+                    self.client.$operation().bucket(bucket)
+                }
+            )*
+        }
+    };
+}
+
+bucket_requests! {
+    list_v2_request: list_objects_v2 -> aws_sdk_s3::operation::list_objects_v2::builders::ListObjectsV2FluentBuilder;
+    list_v1_request: list_objects -> aws_sdk_s3::operation::list_objects::builders::ListObjectsFluentBuilder;
+    list_versions_request: list_object_versions -> aws_sdk_s3::operation::list_object_versions::builders::ListObjectVersionsFluentBuilder;
+}
+
 pub fn client(
     addr: SocketAddr,
     access_key: &str,

@@ -1,5 +1,5 @@
 use crate::common::*;
-use aws_sdk_s3::types::EncodingType;
+use aws_sdk_s3::types::{CommonPrefix, EncodingType, Object};
 
 const KEYS: [&str; 10] = [
     "a.txt",
@@ -13,6 +13,22 @@ const KEYS: [&str; 10] = [
     "sp ace/é+%",
     "z",
 ];
+
+/// The keys of a listing page's objects.
+fn keys_of(contents: &[Object]) -> Vec<String> {
+    contents
+        .iter()
+        .map(|o| o.key().unwrap().to_string())
+        .collect()
+}
+
+/// A listing page's common prefixes.
+fn prefixes_of(prefixes: &[CommonPrefix]) -> Vec<String> {
+    prefixes
+        .iter()
+        .map(|p| p.prefix().unwrap().to_string())
+        .collect()
+}
 
 async fn filled() -> (TestServer, String) {
     let s = start().await;
@@ -37,9 +53,7 @@ async fn v2_all(
     let mut pages = 0;
     loop {
         let out = s
-            .client
-            .list_objects_v2()
-            .bucket(b)
+            .list_v2_request(b)
             .set_prefix(prefix.map(str::to_string))
             .set_delimiter(delimiter.map(str::to_string))
             .set_max_keys(max)
@@ -53,12 +67,8 @@ async fn v2_all(
         if let Some(m) = max {
             assert!(n <= m as usize);
         }
-        keys.extend(out.contents().iter().map(|o| o.key().unwrap().to_string()));
-        prefixes.extend(
-            out.common_prefixes()
-                .iter()
-                .map(|p| p.prefix().unwrap().to_string()),
-        );
+        keys.extend(keys_of(out.contents()));
+        prefixes.extend(prefixes_of(out.common_prefixes()));
         if out.is_truncated() == Some(true) {
             token = Some(out.next_continuation_token().expect("a token").to_string());
             assert!(pages < 100);
@@ -105,42 +115,23 @@ async fn list_v2_prefixes_delimiters_and_pages() {
 
     // start-after, and max-keys limits.
     let out = s
-        .client
-        .list_objects_v2()
-        .bucket(&b)
+        .list_v2_request(&b)
         .start_after("a/b")
         .max_keys(2)
         .send()
         .await
         .unwrap();
-    let keys: Vec<_> = out.contents().iter().map(|o| o.key().unwrap()).collect();
-    assert_eq!(keys, ["a/b/c", "a/b/d"]);
+    assert_eq!(keys_of(out.contents()), ["a/b/c", "a/b/d"]);
     assert_eq!(out.start_after(), Some("a/b"));
-    let out = s
-        .client
-        .list_objects_v2()
-        .bucket(&b)
-        .max_keys(0)
-        .send()
-        .await
-        .unwrap();
+    let out = s.list_v2_request(&b).max_keys(0).send().await.unwrap();
     assert!(out.contents().is_empty());
     assert_eq!(out.is_truncated(), Some(false));
-    let out = s
-        .client
-        .list_objects_v2()
-        .bucket(&b)
-        .max_keys(5000)
-        .send()
-        .await
-        .unwrap();
+    let out = s.list_v2_request(&b).max_keys(5000).send().await.unwrap();
     assert_eq!(out.max_keys(), Some(1000));
     assert_eq!(out.contents().len(), KEYS.len());
     assert!(out.contents()[0].owner().is_none());
     let out = s
-        .client
-        .list_objects_v2()
-        .bucket(&b)
+        .list_v2_request(&b)
         .fetch_owner(true)
         .send()
         .await
@@ -155,21 +146,13 @@ async fn list_v2_prefixes_delimiters_and_pages() {
     );
 
     let e = s
-        .client
-        .list_objects_v2()
-        .bucket(&b)
+        .list_v2_request(&b)
         .continuation_token("not a token!")
         .send()
         .await
         .unwrap_err();
     assert_eq!(code(&e).as_deref(), Some("InvalidArgument"));
-    let e = s
-        .client
-        .list_objects_v2()
-        .bucket("nobucket")
-        .send()
-        .await
-        .unwrap_err();
+    let e = s.list_v2_request("nobucket").send().await.unwrap_err();
     assert_eq!(code(&e).as_deref(), Some("NoSuchBucket"));
     s.stop().await;
 }
@@ -178,9 +161,7 @@ async fn list_v2_prefixes_delimiters_and_pages() {
 async fn list_url_encoding() {
     let (s, b) = filled().await;
     let out = s
-        .client
-        .list_objects_v2()
-        .bucket(&b)
+        .list_v2_request(&b)
         .prefix("sp ace/")
         .encoding_type(EncodingType::Url)
         .send()
@@ -188,28 +169,18 @@ async fn list_url_encoding() {
         .unwrap();
     assert_eq!(out.encoding_type(), Some(&EncodingType::Url));
     assert_eq!(out.prefix(), Some("sp+ace/"));
-    let keys: Vec<_> = out.contents().iter().map(|o| o.key().unwrap()).collect();
-    assert_eq!(keys, ["sp+ace/%C3%A9%2B%25"]);
+    assert_eq!(keys_of(out.contents()), ["sp+ace/%C3%A9%2B%25"]);
     let out = s
-        .client
-        .list_objects_v2()
-        .bucket(&b)
+        .list_v2_request(&b)
         .delimiter("/")
         .encoding_type(EncodingType::Url)
         .send()
         .await
         .unwrap();
-    let prefixes: Vec<_> = out
-        .common_prefixes()
-        .iter()
-        .map(|p| p.prefix().unwrap())
-        .collect();
-    assert_eq!(prefixes, ["a/", "c/", "sp+ace/"]);
+    assert_eq!(prefixes_of(out.common_prefixes()), ["a/", "c/", "sp+ace/"]);
     assert_eq!(out.delimiter(), Some("/"));
     let out = s
-        .client
-        .list_objects()
-        .bucket(&b)
+        .list_v1_request(&b)
         .prefix("sp")
         .encoding_type(EncodingType::Url)
         .send()
@@ -217,14 +188,7 @@ async fn list_url_encoding() {
         .unwrap();
     assert_eq!(out.contents()[0].key(), Some("sp+ace/%C3%A9%2B%25"));
     // Without it, keys come as they are.
-    let out = s
-        .client
-        .list_objects_v2()
-        .bucket(&b)
-        .prefix("sp")
-        .send()
-        .await
-        .unwrap();
+    let out = s.list_v2_request(&b).prefix("sp").send().await.unwrap();
     assert_eq!(out.contents()[0].key(), Some("sp ace/é+%"));
     s.stop().await;
 }
@@ -237,16 +201,14 @@ async fn list_v1_markers() {
     let mut marker: Option<String> = None;
     loop {
         let out = s
-            .client
-            .list_objects()
-            .bucket(&b)
+            .list_v1_request(&b)
             .max_keys(3)
             .set_marker(marker.clone())
             .send()
             .await
             .unwrap();
         assert_eq!(out.next_marker(), None);
-        keys.extend(out.contents().iter().map(|o| o.key().unwrap().to_string()));
+        keys.extend(keys_of(out.contents()));
         if out.is_truncated() != Some(true) {
             break;
         }
@@ -259,21 +221,15 @@ async fn list_v1_markers() {
     let mut marker: Option<String> = None;
     loop {
         let out = s
-            .client
-            .list_objects()
-            .bucket(&b)
+            .list_v1_request(&b)
             .delimiter("/")
             .max_keys(2)
             .set_marker(marker.clone())
             .send()
             .await
             .unwrap();
-        keys.extend(out.contents().iter().map(|o| o.key().unwrap().to_string()));
-        prefixes.extend(
-            out.common_prefixes()
-                .iter()
-                .map(|p| p.prefix().unwrap().to_string()),
-        );
+        keys.extend(keys_of(out.contents()));
+        prefixes.extend(prefixes_of(out.common_prefixes()));
         if out.is_truncated() != Some(true) {
             assert_eq!(out.next_marker(), None);
             break;
@@ -297,9 +253,7 @@ async fn list_object_versions_of_an_unversioned_bucket() {
     let mut version_marker: Option<String> = None;
     loop {
         let out = s
-            .client
-            .list_object_versions()
-            .bucket(&b)
+            .list_versions_request(&b)
             .max_keys(4)
             .set_key_marker(key_marker.clone())
             .set_version_id_marker(version_marker.clone())
@@ -321,9 +275,7 @@ async fn list_object_versions_of_an_unversioned_bucket() {
     }
     assert_eq!(seen, KEYS.map(str::to_string));
     let out = s
-        .client
-        .list_object_versions()
-        .bucket(&b)
+        .list_versions_request(&b)
         .prefix("a/")
         .delimiter("/")
         .send()

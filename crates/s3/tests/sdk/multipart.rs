@@ -25,6 +25,42 @@ fn multipart_etag(parts: &[&[u8]]) -> String {
     format!("\"{}-{}\"", md5_hex(&md5s), parts.len())
 }
 
+type SdkFailure<E> = aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>;
+
+/// Sends a completion listing `parts` that must be refused; returns the error.
+async fn refused_completion(
+    s: &TestServer,
+    b: &str,
+    key: &str,
+    id: &str,
+    parts: &[(i32, String)],
+) -> SdkFailure<aws_sdk_s3::operation::complete_multipart_upload::CompleteMultipartUploadError> {
+    s.complete_request(b, key)
+        .upload_id(id)
+        .multipart_upload(completed(parts))
+        .send()
+        .await
+        .unwrap_err()
+}
+
+/// Uploads a part that must be refused; returns the error.
+async fn refused_part(
+    s: &TestServer,
+    b: &str,
+    key: &str,
+    id: &str,
+    n: i32,
+    body: Vec<u8>,
+) -> SdkFailure<aws_sdk_s3::operation::upload_part::UploadPartError> {
+    s.upload_part_request(b, key)
+        .upload_id(id)
+        .part_number(n)
+        .body(body.into())
+        .send()
+        .await
+        .unwrap_err()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multipart_upload_complete_and_repeat() {
     let s = start().await;
@@ -36,10 +72,8 @@ async fn multipart_upload_complete_and_repeat() {
         data(5 * MIB, 3),
         data(100 << 10, 4),
     ];
-    let up = c
-        .create_multipart_upload()
-        .bucket(&b)
-        .key("big")
+    let up = s
+        .create_upload_request(&b, "big")
         .content_type("video/x-test")
         .metadata("kind", "multipart")
         .send()
@@ -50,10 +84,8 @@ async fn multipart_upload_complete_and_repeat() {
     // Parts may come in any order, and a part may be replaced.
     let mut parts = Vec::new();
     for n in [2usize, 1, 4, 3] {
-        let out = c
-            .upload_part()
-            .bucket(&b)
-            .key("big")
+        let out = s
+            .upload_part_request(&b, "big")
             .upload_id(&id)
             .part_number(n as i32)
             .body(bodies[n - 1].clone().into())
@@ -66,9 +98,7 @@ async fn multipart_upload_complete_and_repeat() {
         );
         parts.push((n as i32, out.e_tag().unwrap().to_string()));
     }
-    c.upload_part()
-        .bucket(&b)
-        .key("big")
+    s.upload_part_request(&b, "big")
         .upload_id(&id)
         .part_number(3)
         .body(bodies[2].clone().into())
@@ -132,31 +162,21 @@ async fn multipart_upload_complete_and_repeat() {
     assert_eq!(rest.parts()[0].part_number(), Some(4));
 
     let want_etag = multipart_etag(&bodies.iter().map(Vec::as_slice).collect::<Vec<_>>());
-    let done = c
-        .complete_multipart_upload()
-        .bucket(&b)
-        .key("big")
-        .upload_id(&id)
-        .multipart_upload(completed(&parts))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(done.e_tag(), Some(want_etag.as_str()));
-    // Completing again answers the same object.
-    let again = c
-        .complete_multipart_upload()
-        .bucket(&b)
-        .key("big")
-        .upload_id(&id)
-        .multipart_upload(completed(&parts))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(again.e_tag(), Some(want_etag.as_str()));
+    // The first completion makes the object; completing again answers the same object.
+    for _ in 0..2 {
+        let done = s
+            .complete_request(&b, "big")
+            .upload_id(&id)
+            .multipart_upload(completed(&parts))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(done.e_tag(), Some(want_etag.as_str()));
+    }
 
     let whole: Vec<u8> = bodies.concat();
     assert!(s.get(&b, "big").await == whole);
-    let head = c.head_object().bucket(&b).key("big").send().await.unwrap();
+    let head = s.head_request(&b, "big").send().await.unwrap();
     assert_eq!(head.content_length(), Some(whole.len() as i64));
     assert_eq!(head.e_tag(), Some(want_etag.as_str()));
     assert_eq!(head.content_type(), Some("video/x-test"));
@@ -164,10 +184,8 @@ async fn multipart_upload_complete_and_repeat() {
         head.metadata().unwrap().get("kind").map(String::as_str),
         Some("multipart")
     );
-    let out = c
-        .get_object()
-        .bucket(&b)
-        .key("big")
+    let out = s
+        .get_request(&b, "big")
         .range(format!("bytes={}-{}", 5 * MIB - 10, 5 * MIB + 9))
         .send()
         .await
@@ -243,89 +261,36 @@ async fn multipart_errors() {
         .send()
         .await
         .unwrap();
-    let e = c
-        .upload_part()
-        .bucket(&b)
-        .key("aborted")
-        .upload_id(&id)
-        .part_number(2)
-        .body(data(10, 1).into())
-        .send()
-        .await
-        .unwrap_err();
+    let e = refused_part(&s, &b, "aborted", &id, 2, data(10, 1)).await;
     assert_eq!(code(&e).as_deref(), Some("NoSuchUpload"));
     assert_eq!(status(&e), Some(404));
-    let e = c
-        .complete_multipart_upload()
-        .bucket(&b)
-        .key("aborted")
-        .upload_id(&id)
-        .multipart_upload(completed(&[(
-            1,
-            "\"00000000000000000000000000000000\"".into(),
-        )]))
-        .send()
-        .await
-        .unwrap_err();
+    let e = refused_completion(
+        &s,
+        &b,
+        "aborted",
+        &id,
+        &[(1, "\"00000000000000000000000000000000\"".into())],
+    )
+    .await;
     assert_eq!(code(&e).as_deref(), Some("NoSuchUpload"));
-    let e = c
-        .head_object()
-        .bucket(&b)
-        .key("aborted")
-        .send()
-        .await
-        .unwrap_err();
+    let e = s.head_request(&b, "aborted").send().await.unwrap_err();
     assert_eq!(status(&e), Some(404));
 
     // Parts out of order; a small part that is not the last; a wrong ETag.
     let id = create("bad").await;
     let e1 = part("bad", id.clone(), 1, data(MIB, 1)).await;
     let e2 = part("bad", id.clone(), 2, data(MIB, 2)).await;
-    let e = c
-        .complete_multipart_upload()
-        .bucket(&b)
-        .key("bad")
-        .upload_id(&id)
-        .multipart_upload(completed(&[(2, e2.clone()), (1, e1.clone())]))
-        .send()
-        .await
-        .unwrap_err();
+    let e = refused_completion(&s, &b, "bad", &id, &[(2, e2.clone()), (1, e1.clone())]).await;
     assert_eq!(code(&e).as_deref(), Some("InvalidPartOrder"));
-    let e = c
-        .complete_multipart_upload()
-        .bucket(&b)
-        .key("bad")
-        .upload_id(&id)
-        .multipart_upload(completed(&[(1, e1.clone()), (2, e2.clone())]))
-        .send()
-        .await
-        .unwrap_err();
+    let e = refused_completion(&s, &b, "bad", &id, &[(1, e1.clone()), (2, e2.clone())]).await;
     assert_eq!(code(&e).as_deref(), Some("EntityTooSmall"));
     assert_eq!(status(&e), Some(400));
-    let e = c
-        .complete_multipart_upload()
-        .bucket(&b)
-        .key("bad")
-        .upload_id(&id)
-        .multipart_upload(completed(&[(1, e2.clone())]))
-        .send()
-        .await
-        .unwrap_err();
+    let e = refused_completion(&s, &b, "bad", &id, &[(1, e2.clone())]).await;
     assert_eq!(code(&e).as_deref(), Some("InvalidPart"));
-    let e = c
-        .complete_multipart_upload()
-        .bucket(&b)
-        .key("bad")
-        .upload_id(&id)
-        .multipart_upload(completed(&[(3, e2.clone())]))
-        .send()
-        .await
-        .unwrap_err();
+    let e = refused_completion(&s, &b, "bad", &id, &[(3, e2.clone())]).await;
     assert_eq!(code(&e).as_deref(), Some("InvalidPart"));
     // Nothing of that changed anything: a single small part (the last) completes.
-    c.complete_multipart_upload()
-        .bucket(&b)
-        .key("bad")
+    s.complete_request(&b, "bad")
         .upload_id(&id)
         .multipart_upload(completed(&[(2, e2)]))
         .send()
@@ -336,29 +301,11 @@ async fn multipart_errors() {
     // Part numbers are 1 to 10000.
     let id = create("numbers").await;
     for n in [0, 10_001] {
-        let e = c
-            .upload_part()
-            .bucket(&b)
-            .key("numbers")
-            .upload_id(&id)
-            .part_number(n)
-            .body(data(10, 1).into())
-            .send()
-            .await
-            .unwrap_err();
+        let e = refused_part(&s, &b, "numbers", &id, n, data(10, 1)).await;
         assert_eq!(code(&e).as_deref(), Some("InvalidArgument"), "part {n}");
     }
     // Another key's upload id is no upload of this key.
-    let e = c
-        .upload_part()
-        .bucket(&b)
-        .key("other-key")
-        .upload_id(&id)
-        .part_number(1)
-        .body(data(10, 1).into())
-        .send()
-        .await
-        .unwrap_err();
+    let e = refused_part(&s, &b, "other-key", &id, 1, data(10, 1)).await;
     assert_eq!(code(&e).as_deref(), Some("NoSuchUpload"));
 
     // Listing uploads by prefix and delimiter, and page by page (two uploads of one key).
@@ -422,7 +369,6 @@ fn crc<C: Checksum>(d: &[u8]) -> Vec<u8> {
 async fn multipart_checksums() {
     let s = start().await;
     let b = s.bucket("mpu-sums").await;
-    let c = &s.client;
     let bodies = [data(5 * MIB, 11), data(5 * MIB, 12), data(1000, 13)];
     let whole = bodies.concat();
     // (algorithm, type asked, type expected, part digest, composite?)
@@ -460,10 +406,8 @@ async fn multipart_checksums() {
     ];
     for (i, (alg, kind, want_kind, digest)) in cases.into_iter().enumerate() {
         let key = format!("sums-{i}");
-        let id = c
-            .create_multipart_upload()
-            .bucket(&b)
-            .key(&key)
+        let id = s
+            .create_upload_request(&b, &key)
             .checksum_algorithm(alg.clone())
             .set_checksum_type(kind)
             .send()
@@ -474,10 +418,8 @@ async fn multipart_checksums() {
             .to_string();
         let mut parts = Vec::new();
         for (n, body) in bodies.iter().enumerate() {
-            let out = c
-                .upload_part()
-                .bucket(&b)
-                .key(&key)
+            let out = s
+                .upload_part_request(&b, &key)
                 .upload_id(&id)
                 .part_number(n as i32 + 1)
                 .checksum_algorithm(alg.clone())
@@ -505,10 +447,8 @@ async fn multipart_checksums() {
             };
             parts.push(p.build());
         }
-        let done = c
-            .complete_multipart_upload()
-            .bucket(&b)
-            .key(&key)
+        let done = s
+            .complete_request(&b, &key)
             .upload_id(&id)
             .multipart_upload(
                 CompletedMultipartUpload::builder()
@@ -524,10 +464,8 @@ async fn multipart_checksums() {
         } else {
             b64(&digest(&whole))
         };
-        let got = c
-            .get_object()
-            .bucket(&b)
-            .key(&key)
+        let got = s
+            .get_request(&b, &key)
             .checksum_mode(ChecksumMode::Enabled)
             .send()
             .await
@@ -545,10 +483,8 @@ async fn multipart_checksums() {
         assert!(body[..] == whole[..]);
     }
     // A stated object checksum that does not match the parts is BadDigest; nothing is made.
-    let id = c
-        .create_multipart_upload()
-        .bucket(&b)
-        .key("wrong-sum")
+    let id = s
+        .create_upload_request(&b, "wrong-sum")
         .checksum_algorithm(ChecksumAlgorithm::Crc64Nvme)
         .send()
         .await
@@ -556,10 +492,8 @@ async fn multipart_checksums() {
         .upload_id()
         .unwrap()
         .to_string();
-    let out = c
-        .upload_part()
-        .bucket(&b)
-        .key("wrong-sum")
+    let out = s
+        .upload_part_request(&b, "wrong-sum")
         .upload_id(&id)
         .part_number(1)
         .checksum_algorithm(ChecksumAlgorithm::Crc64Nvme)
@@ -567,10 +501,8 @@ async fn multipart_checksums() {
         .send()
         .await
         .unwrap();
-    let e = c
-        .complete_multipart_upload()
-        .bucket(&b)
-        .key("wrong-sum")
+    let e = s
+        .complete_request(&b, "wrong-sum")
         .upload_id(&id)
         .checksum_crc64_nvme(b64(&[0u8; 8]))
         .multipart_upload(completed(&[(1, out.e_tag().unwrap().to_string())]))
@@ -578,19 +510,11 @@ async fn multipart_checksums() {
         .await
         .unwrap_err();
     assert_eq!(code(&e).as_deref(), Some("BadDigest"));
-    let e = c
-        .head_object()
-        .bucket(&b)
-        .key("wrong-sum")
-        .send()
-        .await
-        .unwrap_err();
+    let e = s.head_request(&b, "wrong-sum").send().await.unwrap_err();
     assert_eq!(status(&e), Some(404));
     // A SHA-256 full-object checksum cannot be composed.
-    let e = c
-        .create_multipart_upload()
-        .bucket(&b)
-        .key("impossible")
+    let e = s
+        .create_upload_request(&b, "impossible")
         .checksum_algorithm(ChecksumAlgorithm::Sha256)
         .checksum_type(ChecksumType::FullObject)
         .send()

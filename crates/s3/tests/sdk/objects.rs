@@ -3,6 +3,32 @@ use aws_sdk_s3::primitives::{ByteStream, DateTime};
 use aws_sdk_s3::types::{Delete, MetadataDirective, ObjectIdentifier};
 use std::time::{Duration, SystemTime};
 
+/// The mechanism a presigned GET of the object says protects it.
+async fn mechanism_of(s: &TestServer, b: &str, key: &str) -> Option<String> {
+    let raw = s.presigned_get(b, key).await;
+    raw.header("x-railstore-mechanism").map(str::to_string)
+}
+
+/// Puts 100 bytes with `class` as storage class.
+async fn put_in_class(
+    s: &TestServer,
+    b: &str,
+    key: &str,
+    class: aws_sdk_s3::types::StorageClass,
+) -> Result<
+    aws_sdk_s3::operation::put_object::PutObjectOutput,
+    aws_sdk_s3::error::SdkError<
+        aws_sdk_s3::operation::put_object::PutObjectError,
+        aws_sdk_s3::config::http::HttpResponse,
+    >,
+> {
+    s.put_request(b, key)
+        .storage_class(class)
+        .body(data(100, 3).into())
+        .send()
+        .await
+}
+
 async fn sizes_round_trip(separation: bool) {
     let s = start_with(separation).await;
     let b = s.bucket("sizes").await;
@@ -12,14 +38,7 @@ async fn sizes_round_trip(separation: bool) {
         let key = format!("obj-{len}");
         let etag = s.put(&b, &key, body.clone()).await;
         assert_eq!(etag, format!("\"{}\"", md5_hex(&body)), "{len} B");
-        let head = s
-            .client
-            .head_object()
-            .bucket(&b)
-            .key(&key)
-            .send()
-            .await
-            .unwrap();
+        let head = s.head_request(&b, &key).send().await.unwrap();
         assert_eq!(head.content_length(), Some(len as i64));
         assert_eq!(head.e_tag(), Some(etag.as_str()));
         assert_eq!(head.content_type(), Some("application/octet-stream"));
@@ -27,7 +46,7 @@ async fn sizes_round_trip(separation: bool) {
         assert!(got == body, "{len} B object read back differently");
     }
     // Every object once in the listing, with its size.
-    let list = s.client.list_objects_v2().bucket(&b).send().await.unwrap();
+    let list = s.list_v2_request(&b).send().await.unwrap();
     let mut listed: Vec<i64> = list.contents().iter().map(|o| o.size().unwrap()).collect();
     listed.sort();
     assert_eq!(listed, sizes.map(|n| n as i64));
@@ -60,15 +79,7 @@ async fn ranges() {
         ("bytes=-200000", 0, 100_000),
     ];
     for (range, start, end) in cases {
-        let out = s
-            .client
-            .get_object()
-            .bucket(&b)
-            .key("r")
-            .range(range)
-            .send()
-            .await
-            .unwrap();
+        let out = s.get_request(&b, "r").range(range).send().await.unwrap();
         assert_eq!(
             out.content_range(),
             Some(format!("bytes {start}-{}/100000", end - 1).as_str()),
@@ -84,10 +95,7 @@ async fn ranges() {
         ("empty", "bytes=0-"),
     ] {
         let e = s
-            .client
-            .get_object()
-            .bucket(&b)
-            .key(key)
+            .get_request(&b, key)
             .range(range)
             .send()
             .await
@@ -121,10 +129,7 @@ async fn metadata_and_headers_round_trip() {
     let s = start().await;
     let b = s.bucket("meta").await;
     let expires = DateTime::from_secs(2_000_000_000);
-    s.client
-        .put_object()
-        .bucket(&b)
-        .key("doc.txt")
+    s.put_request(&b, "doc.txt")
         .body(b"hello".to_vec().into())
         .content_type("text/plain; charset=utf-8")
         .metadata("colour", "blue")
@@ -137,22 +142,8 @@ async fn metadata_and_headers_round_trip() {
         .send()
         .await
         .unwrap();
-    let head = s
-        .client
-        .head_object()
-        .bucket(&b)
-        .key("doc.txt")
-        .send()
-        .await
-        .unwrap();
-    let get = s
-        .client
-        .get_object()
-        .bucket(&b)
-        .key("doc.txt")
-        .send()
-        .await
-        .unwrap();
+    let head = s.head_request(&b, "doc.txt").send().await.unwrap();
+    let get = s.get_request(&b, "doc.txt").send().await.unwrap();
     for (ct, meta, cc, cd, ce, cl) in [
         (
             head.content_type(),
@@ -192,24 +183,14 @@ async fn metadata_and_headers_round_trip() {
 
     // Metadata over S3's 2 KiB is refused; nothing is stored.
     let e = s
-        .client
-        .put_object()
-        .bucket(&b)
-        .key("big-meta")
+        .put_request(&b, "big-meta")
         .metadata("m", "x".repeat(3000))
         .body(b"x".to_vec().into())
         .send()
         .await
         .unwrap_err();
     assert_eq!(code(&e).as_deref(), Some("MetadataTooLarge"));
-    let e = s
-        .client
-        .head_object()
-        .bucket(&b)
-        .key("big-meta")
-        .send()
-        .await
-        .unwrap_err();
+    let e = s.head_request(&b, "big-meta").send().await.unwrap_err();
     assert_eq!(status(&e), Some(404));
 
     // Keys: 1024 bytes is the limit.
@@ -217,10 +198,7 @@ async fn metadata_and_headers_round_trip() {
     s.put(&b, &long, b"long".to_vec()).await;
     assert_eq!(s.get(&b, &long).await, b"long");
     let e = s
-        .client
-        .put_object()
-        .bucket(&b)
-        .key("k".repeat(1025))
+        .put_request(&b, "k".repeat(1025))
         .body(b"x".to_vec().into())
         .send()
         .await
@@ -235,14 +213,7 @@ async fn conditional_reads() {
     let s = start().await;
     let b = s.bucket("cond").await;
     let etag = s.put(&b, "c", b"conditional".to_vec()).await;
-    let head = s
-        .client
-        .head_object()
-        .bucket(&b)
-        .key("c")
-        .send()
-        .await
-        .unwrap();
+    let head = s.head_request(&b, "c").send().await.unwrap();
     let modified = head.last_modified().unwrap().secs();
     let past = DateTime::from_secs(modified - 3600);
     let future = DateTime::from_secs(modified + 3600);
@@ -276,10 +247,7 @@ async fn conditional_reads() {
     ];
     for (i, (im, inm, ims, ius, want)) in cases.into_iter().enumerate() {
         let get = s
-            .client
-            .get_object()
-            .bucket(&b)
-            .key("c")
+            .get_request(&b, "c")
             .set_if_match(im.map(str::to_string))
             .set_if_none_match(inm.map(str::to_string))
             .set_if_modified_since(ims)
@@ -287,10 +255,7 @@ async fn conditional_reads() {
             .send()
             .await;
         let head = s
-            .client
-            .head_object()
-            .bucket(&b)
-            .key("c")
+            .head_request(&b, "c")
             .set_if_match(im.map(str::to_string))
             .set_if_none_match(inm.map(str::to_string))
             .set_if_modified_since(ims)
@@ -319,10 +284,7 @@ async fn conditional_reads() {
     }
     // A failed precondition outranks an unsatisfiable range.
     let e = s
-        .client
-        .get_object()
-        .bucket(&b)
-        .key("c")
+        .get_request(&b, "c")
         .range("bytes=500-")
         .if_match("\"0123\"")
         .send()
@@ -346,14 +308,7 @@ async fn deletes() {
         .send()
         .await
         .unwrap();
-    let e = s
-        .client
-        .get_object()
-        .bucket(&b)
-        .key("d/0")
-        .send()
-        .await
-        .unwrap_err();
+    let e = s.get_request(&b, "d/0").send().await.unwrap_err();
     assert_eq!(code(&e).as_deref(), Some("NoSuchKey"));
     assert_eq!(status(&e), Some(404));
     // Deleting what is not there succeeds, as in S3.
@@ -406,9 +361,7 @@ async fn deletes() {
     assert!(out.errors().is_empty());
 
     let left: Vec<_> = s
-        .client
-        .list_objects_v2()
-        .bucket(&b)
+        .list_v2_request(&b)
         .send()
         .await
         .unwrap()
@@ -441,10 +394,7 @@ async fn copies() {
     let other = s.bucket("copy-dest").await;
     let body = data(200_000, 3);
     let src_key = "dir/a b+c%ü.txt";
-    s.client
-        .put_object()
-        .bucket(&b)
-        .key(src_key)
+    s.put_request(&b, src_key)
         .body(body.clone().into())
         .content_type("text/x-source")
         .metadata("origin", "source")
@@ -455,10 +405,7 @@ async fn copies() {
 
     // COPY (default): bytes and metadata both come along.
     let out = s
-        .client
-        .copy_object()
-        .bucket(&other)
-        .key("copied")
+        .copy_request(&other, "copied")
         .copy_source(&source)
         .send()
         .await
@@ -470,14 +417,7 @@ async fn copies() {
         .unwrap()
         .to_string();
     assert_eq!(etag, format!("\"{}\"", md5_hex(&body)));
-    let head = s
-        .client
-        .head_object()
-        .bucket(&other)
-        .key("copied")
-        .send()
-        .await
-        .unwrap();
+    let head = s.head_request(&other, "copied").send().await.unwrap();
     assert_eq!(head.content_type(), Some("text/x-source"));
     assert_eq!(
         head.metadata().unwrap().get("origin").map(String::as_str),
@@ -486,10 +426,7 @@ async fn copies() {
     assert_eq!(s.get(&other, "copied").await, body);
 
     // REPLACE: the request's metadata.
-    s.client
-        .copy_object()
-        .bucket(&b)
-        .key("replaced")
+    s.copy_request(&b, "replaced")
         .copy_source(&source)
         .metadata_directive(MetadataDirective::Replace)
         .content_type("text/x-new")
@@ -497,14 +434,7 @@ async fn copies() {
         .send()
         .await
         .unwrap();
-    let head = s
-        .client
-        .head_object()
-        .bucket(&b)
-        .key("replaced")
-        .send()
-        .await
-        .unwrap();
+    let head = s.head_request(&b, "replaced").send().await.unwrap();
     assert_eq!(head.content_type(), Some("text/x-new"));
     let meta = head.metadata().unwrap();
     assert_eq!(meta.get("fresh").map(String::as_str), Some("yes"));
@@ -513,33 +443,20 @@ async fn copies() {
 
     // Onto itself: only with new metadata.
     let e = s
-        .client
-        .copy_object()
-        .bucket(&b)
-        .key(src_key)
+        .copy_request(&b, src_key)
         .copy_source(&source)
         .send()
         .await
         .unwrap_err();
     assert_eq!(code(&e).as_deref(), Some("InvalidRequest"));
-    s.client
-        .copy_object()
-        .bucket(&b)
-        .key(src_key)
+    s.copy_request(&b, src_key)
         .copy_source(&source)
         .metadata_directive(MetadataDirective::Replace)
         .metadata("origin", "itself")
         .send()
         .await
         .unwrap();
-    let head = s
-        .client
-        .head_object()
-        .bucket(&b)
-        .key(src_key)
-        .send()
-        .await
-        .unwrap();
+    let head = s.head_request(&b, src_key).send().await.unwrap();
     assert_eq!(
         head.metadata().unwrap().get("origin").map(String::as_str),
         Some("itself")
@@ -547,20 +464,14 @@ async fn copies() {
 
     // Source conditions.
     let e = s
-        .client
-        .copy_object()
-        .bucket(&b)
-        .key("cond")
+        .copy_request(&b, "cond")
         .copy_source(&source)
         .copy_source_if_match("\"0000\"")
         .send()
         .await
         .unwrap_err();
     assert_eq!(code(&e).as_deref(), Some("PreconditionFailed"));
-    s.client
-        .copy_object()
-        .bucket(&b)
-        .key("cond")
+    s.copy_request(&b, "cond")
         .copy_source(&source)
         .copy_source_if_match(&etag)
         .send()
@@ -569,10 +480,7 @@ async fn copies() {
 
     // A missing source.
     let e = s
-        .client
-        .copy_object()
-        .bucket(&b)
-        .key("x")
+        .copy_request(&b, "x")
         .copy_source(format!("{b}/nothing-here"))
         .send()
         .await
@@ -626,14 +534,7 @@ async fn concurrent_writers_of_one_key_leave_one_whole_value() {
             "round {round}: the object ({} B) is none of the values written",
             got.len()
         );
-        let head = s
-            .client
-            .head_object()
-            .bucket(&b)
-            .key("contended")
-            .send()
-            .await
-            .unwrap();
+        let head = s.head_request(&b, "contended").send().await.unwrap();
         assert_eq!(
             head.e_tag(),
             Some(format!("\"{}\"", md5_hex(&got)).as_str()),
@@ -654,10 +555,7 @@ async fn mechanisms_per_object() {
         ("packed", "pack3+3", 10_000),
     ] {
         let m = mech.to_string();
-        s.client
-            .put_object()
-            .bucket(&b)
-            .key(key)
+        s.put_request(&b, key)
             .body(data(size, 1).into())
             .customize()
             .mutate_request(move |r| {
@@ -676,47 +574,33 @@ async fn mechanisms_per_object() {
     let raw = s.presigned_get(&b, "small").await;
     assert_eq!(raw.header("x-railstore-mechanism"), Some("rep3"));
     // A mechanism as storage class; STANDARD is the policy.
-    s.client
-        .put_object()
-        .bucket(&b)
-        .key("classy")
-        .storage_class(aws_sdk_s3::types::StorageClass::from("split3+3"))
-        .body(data(100, 3).into())
-        .send()
-        .await
-        .unwrap();
+    put_in_class(
+        &s,
+        &b,
+        "classy",
+        aws_sdk_s3::types::StorageClass::from("split3+3"),
+    )
+    .await
+    .unwrap();
     assert_eq!(
-        s.presigned_get(&b, "classy")
-            .await
-            .header("x-railstore-mechanism"),
+        mechanism_of(&s, &b, "classy").await.as_deref(),
         Some("split3+3")
     );
-    s.client
-        .put_object()
-        .bucket(&b)
-        .key("standard")
-        .storage_class(aws_sdk_s3::types::StorageClass::Standard)
-        .body(data(100, 3).into())
-        .send()
-        .await
-        .unwrap();
-    let e = s
-        .client
-        .put_object()
-        .bucket(&b)
-        .key("glacier")
-        .storage_class(aws_sdk_s3::types::StorageClass::Glacier)
-        .body(data(100, 3).into())
-        .send()
+    put_in_class(
+        &s,
+        &b,
+        "standard",
+        aws_sdk_s3::types::StorageClass::Standard,
+    )
+    .await
+    .unwrap();
+    let e = put_in_class(&s, &b, "glacier", aws_sdk_s3::types::StorageClass::Glacier)
         .await
         .unwrap_err();
     assert_eq!(code(&e).as_deref(), Some("InvalidStorageClass"));
     for bad in ["split9+9", "rep", "mirror"] {
         let e = s
-            .client
-            .put_object()
-            .bucket(&b)
-            .key("bad")
+            .put_request(&b, "bad")
             .body(data(10, 1).into())
             .customize()
             .mutate_request(move |r| {
@@ -727,34 +611,19 @@ async fn mechanisms_per_object() {
             .unwrap_err();
         assert_eq!(code(&e).as_deref(), Some("InvalidArgument"), "{bad}");
     }
-    let e = s
-        .client
-        .head_object()
-        .bucket(&b)
-        .key("bad")
-        .send()
-        .await
-        .unwrap_err();
+    let e = s.head_request(&b, "bad").send().await.unwrap_err();
     assert_eq!(status(&e), Some(404));
     // Copy keeps the mechanism, or changes it when asked.
-    s.client
-        .copy_object()
-        .bucket(&b)
-        .key("copy-of-big-rep")
+    s.copy_request(&b, "copy-of-big-rep")
         .copy_source(format!("{b}/big-rep"))
         .send()
         .await
         .unwrap();
     assert_eq!(
-        s.presigned_get(&b, "copy-of-big-rep")
-            .await
-            .header("x-railstore-mechanism"),
+        mechanism_of(&s, &b, "copy-of-big-rep").await.as_deref(),
         Some("rep3")
     );
-    s.client
-        .copy_object()
-        .bucket(&b)
-        .key("big-rep")
+    s.copy_request(&b, "big-rep")
         .copy_source(format!("{b}/big-rep"))
         .customize()
         .mutate_request(|r| {
@@ -784,21 +653,14 @@ async fn last_modified_is_recent_and_listed() {
             .to_vec(),
     )
     .await;
-    let head = s
-        .client
-        .head_object()
-        .bucket(&b)
-        .key("t")
-        .send()
-        .await
-        .unwrap();
+    let head = s.head_request(&b, "t").send().await.unwrap();
     let lm = head.last_modified().unwrap().secs();
     let before = before
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap()
         .as_secs() as i64;
     assert!(lm >= before && lm <= before + 60);
-    let list = s.client.list_objects_v2().bucket(&b).send().await.unwrap();
+    let list = s.list_v2_request(&b).send().await.unwrap();
     assert_eq!(list.contents()[0].last_modified().unwrap().secs(), lm);
     s.stop().await;
 }
