@@ -463,35 +463,35 @@ async fn with_progress<F>(
 where
     F: std::future::Future<Output = railstore_store::Result<RepairReport>>,
 {
-    let bar = railstore_bench::progress::bar(quiet, None, &format!("{what}: listing"));
+    let bar = std::sync::Mutex::new(railstore_bench::progress::bar(
+        quiet,
+        None,
+        &format!("{what}: listing"),
+    ));
     let shown = async {
         let mut counting = true;
         loop {
             tokio::time::sleep(Duration::from_millis(200)).await;
             let total = progress.items_total.load(Ordering::Relaxed);
+            let mut b = bar.lock().unwrap();
             if total > 0 && counting {
+                // Listing is over: a bar of known length replaces the spinner.
                 counting = false;
-                bar.set_length(total);
-                bar.set_style(
-                    indicatif::ProgressStyle::with_template(
-                        "{msg:>24} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} ({per_sec})",
-                    )
-                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-                );
-                bar.set_message(what.to_string());
+                b.finish_and_clear();
+                *b = railstore_bench::progress::bar(quiet, Some(total), what);
             }
-            if counting {
-                bar.set_position(progress.keys_listed.load(Ordering::Relaxed));
+            b.set_position(if counting {
+                progress.keys_listed.load(Ordering::Relaxed)
             } else {
-                bar.set_position(progress.items_done.load(Ordering::Relaxed));
-            }
+                progress.items_done.load(Ordering::Relaxed)
+            });
         }
     };
     let report = tokio::select! {
         r = work => r,
         _ = shown => unreachable!("the display loop never ends"),
     };
-    bar.finish_and_clear();
+    bar.lock().unwrap().finish_and_clear();
     Ok(report?)
 }
 

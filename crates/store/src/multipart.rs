@@ -79,12 +79,7 @@ impl Store {
         options: PutOptions,
     ) -> Result<String> {
         self.check_open()?;
-        if key.is_empty() || key.len() > crate::store::KEY_BYTES_MAX {
-            return Err(StoreError::KeyLength {
-                len: key.len(),
-                max: crate::store::KEY_BYTES_MAX,
-            });
-        }
+        crate::store::check_key(key)?;
         let bucket_id = self.bucket_id(bucket)?;
         let id = new_id();
         let record = UploadRecord {

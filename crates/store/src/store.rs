@@ -210,7 +210,7 @@ pub fn check_bucket_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-fn check_key(key: &str) -> Result<()> {
+pub(crate) fn check_key(key: &str) -> Result<()> {
     if key.is_empty() || key.len() > KEY_BYTES_MAX {
         return Err(StoreError::KeyLength {
             len: key.len(),
