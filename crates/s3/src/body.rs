@@ -1,8 +1,8 @@
-//! Bodies between the store and s3s: the store's streams are `Send`, s3s wants `Send + Sync`
-//! with a known remaining length.
+//! Object bodies from the store to s3s: the store's streams are `Send`, s3s wants
+//! `Send + Sync` with a known remaining length.
 
 use bytes::Bytes;
-use futures_util::{Stream, StreamExt};
+use futures_util::Stream;
 use railstore_store::Body;
 use s3s::stream::{ByteStream, RemainingLength};
 use s3s::StdError;
@@ -55,13 +55,4 @@ impl ByteStream for Outgoing {
     fn remaining_length(&self) -> RemainingLength {
         RemainingLength::new_exact(usize::try_from(self.remaining).unwrap_or(usize::MAX))
     }
-}
-
-/// A body already in memory, as the store reads it; `hold` (the memory's permit) is released
-/// when the store drops the body.
-pub(crate) fn in_memory<H: Send + 'static>(pieces: Vec<Bytes>, hold: H) -> Body {
-    Box::pin(futures_util::stream::iter(pieces).map(move |p| {
-        let _ = &hold;
-        Ok(p)
-    }))
 }

@@ -23,6 +23,7 @@ pub(crate) fn store_error(e: StoreError) -> S3Error {
         StoreError::NoSuchUpload(_) => C::NoSuchUpload,
         StoreError::InvalidPart { .. } => C::InvalidPart,
         StoreError::InvalidPartOrder => C::InvalidPartOrder,
+        StoreError::PreconditionFailed(_) => C::PreconditionFailed,
         StoreError::InvalidArgument(_) => C::InvalidArgument,
         StoreError::ShuttingDown => C::ServiceUnavailable,
         _ => {

@@ -19,6 +19,10 @@
 //!   `If-Modified-Since`, `If-Unmodified-Since` → 304 / 412), DeleteObject, DeleteObjects
 //!   (quiet mode too; at most 1000 keys), CopyObject (`x-amz-metadata-directive` COPY or
 //!   REPLACE, `x-amz-copy-source-if-*`).
+//! - Conditional writes: `If-None-Match: *` and `If-Match: "etag"` on PutObject and
+//!   CompleteMultipartUpload, `If-Match` on DeleteObject. The store checks them under the
+//!   key's lock, so of racing creates exactly one succeeds; a failed one is 412
+//!   `PreconditionFailed` (`NoSuchKey` for `If-Match` on a missing key) and changes nothing.
 //! - Metadata: `x-amz-meta-*` (2 KiB at most, as S3), `Content-Type`, `Content-Encoding`
 //!   (without `aws-chunked`), `Cache-Control`, `Content-Disposition`, `Content-Language`,
 //!   `Expires` are stored and returned. ETags are MD5s (multipart: MD5 of the part MD5s, `-N`),
@@ -48,16 +52,11 @@
 //!   `NotImplemented`), ACLs and policies (accepted and ignored: the one key pair may do
 //!   everything), tagging, lifecycle, CORS, website, replication, notifications, SigV4a,
 //!   POST uploads, UploadPartCopy, GetObjectAttributes, SelectObjectContent.
-//! - Conditional writes (`If-Match`/`If-None-Match` on PutObject and CompleteMultipartUpload,
-//!   conditional deletes): refused with `NotImplemented`, since the store cannot make them
-//!   atomic.
+//! - Other conditional writes: `If-Match: *`, `If-None-Match` with an ETag, both at once,
+//!   and deletes conditional on time or size (`NotImplemented`).
 //! - GET/HEAD with `partNumber` on a multipart object (the store keeps no part boundaries of
 //!   a completed object).
-//! - A checksum whose value arrives only at the end of the body (aws-chunked trailer, or
-//!   only `x-amz-sdk-checksum-algorithm`) is stored only for bodies up to
-//!   [`LATE_CHECKSUM_BUFFER_BYTES_MAX`], which are read into memory first (at most
-//!   [`LATE_CHECKSUM_BUFFERS_BYTES_MAX`] at once); larger bodies, and bodies arriving while
-//!   those buffers are full, are still checked but the value is not kept. Checksums of DeleteObjects and other XML
+//! - Checksums of DeleteObjects and other XML
 //!   bodies are not checked. CopyObject does not compute new checksums.
 //! - Headers above [`REQUEST_HEADER_BYTES_MAX`] get S3's `RequestHeaderSectionTooLarge`, but
 //!   request heads above [`REQUEST_HEAD_BYTES_MAX`] get hyper's bare `431`, not an S3 XML
@@ -74,6 +73,4 @@ pub use server::{
     bind, s3_service, serve, S3Config, ServeError, Server, HEADER_READ_TIMEOUT,
     REQUEST_HEADERS_MAX, REQUEST_HEADER_BYTES_MAX, REQUEST_HEAD_BYTES_MAX, SHUTDOWN_GRACE,
 };
-pub use service::{
-    RailS3, LATE_CHECKSUM_BUFFERS_BYTES_MAX, LATE_CHECKSUM_BUFFER_BYTES_MAX, MECHANISM_HEADER,
-};
+pub use service::{RailS3, MECHANISM_HEADER};

@@ -1,21 +1,18 @@
 //! [`RailS3`]: the S3 operations, each mapped onto the store.
 
-use crate::body::{in_memory, Outgoing};
+use crate::body::Outgoing;
 use crate::checksum::{self, Algorithm, Outcome, Plan, Verified, Verifier};
 use crate::errors::{err, invalid_argument, invalid_request, not_implemented, store_error};
 use crate::util::{self, token_decode, token_encode, url_encode, Conditions, Verdict};
-use bytes::Bytes;
 use futures_util::StreamExt;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use railstore_store::{
-    Body, ListPage, ListQuery, Mechanism, ObjectInfo, PartOptions, PutOptions, RangeSpec, Store,
-    StoreError,
+    Body, ChecksumsAtEnd, ListPage, ListQuery, Mechanism, ObjectInfo, PartOptions, PutOptions,
+    RangeSpec, Store, StoreError, WriteCondition,
 };
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, TrailingHeaders, S3};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
-use tokio::sync::Semaphore;
 
 /// The response header naming the mechanism that protects an object, and the request header
 /// that picks it for a put or a multipart upload.
@@ -27,15 +24,6 @@ const PAGE_MAX: usize = 1000;
 const DELETE_KEYS_MAX: usize = 1000;
 /// S3's limit on user metadata: keys and values together, in bytes.
 const USER_METADATA_BYTES_MAX: usize = 2048;
-/// A body whose checksum value comes only at its end (an aws-chunked trailer, or an
-/// algorithm the server computes) is read into memory first when it is at most this large, so
-/// the value can be stored with the object (the store takes checksums before the body); larger
-/// ones are checked while they stream, and the value is not stored.
-pub const LATE_CHECKSUM_BUFFER_BYTES_MAX: u64 = 16 << 20;
-/// Bytes all such bodies may hold in memory at once; beyond it, bodies stream (checked, the
-/// value not stored) rather than wait.
-pub const LATE_CHECKSUM_BUFFERS_BYTES_MAX: u64 = 256 << 20;
-
 const OWNER_ID: &str = "railstore";
 const DEFAULT_CONTENT_TYPE: &str = "binary/octet-stream";
 
@@ -193,8 +181,6 @@ macro_rules! described_output {
 pub struct RailS3 {
     store: Store,
     region: String,
-    /// Bytes of [`LATE_CHECKSUM_BUFFERS_BYTES_MAX`] not in use.
-    buffers: Arc<Semaphore>,
 }
 
 impl RailS3 {
@@ -203,7 +189,6 @@ impl RailS3 {
         RailS3 {
             store,
             region: region.into(),
-            buffers: Arc::new(Semaphore::new(LATE_CHECKSUM_BUFFERS_BYTES_MAX as usize)),
         }
     }
 
@@ -268,58 +253,30 @@ impl RailS3 {
         }
     }
 
-    /// Reads a request body for the store, checking its checksums. See
-    /// [`LATE_CHECKSUM_BUFFER_BYTES_MAX`].
-    async fn incoming(
-        &self,
+    /// Reads a request body for the store, checking its checksums as it streams. Values known
+    /// only at the body's end reach the store through [`ChecksumsAtEnd`].
+    fn incoming(
         blob: Option<StreamingBlob>,
         plan: Plan,
         trailers: Option<TrailingHeaders>,
-        content_length: Option<i64>,
-    ) -> S3Result<Incoming> {
+    ) -> Incoming {
         let outcome = Outcome::default();
-        let early = plan.early_values();
-        let late = plan.has_late_values();
-        let mut verified = Verified::new(blob, Verifier::new(plan, trailers), outcome.clone());
-        let small = content_length
-            .and_then(|n| u32::try_from(n).ok())
-            .filter(|n| u64::from(*n) <= LATE_CHECKSUM_BUFFER_BYTES_MAX);
-        let permit = match small {
-            Some(n) if late => self.buffers.clone().try_acquire_many_owned(n).ok(),
-            _ => None,
-        };
-        if let (Some(permit), Some(declared)) = (permit, small) {
-            let mut pieces: Vec<Bytes> = Vec::new();
-            let mut total = 0u64;
-            while let Some(piece) = verified.next().await {
-                let piece = piece.map_err(|e| outcome.error(e))?;
-                total += piece.len() as u64;
-                if total > u64::from(declared) {
-                    return Err(err(
-                        S3ErrorCode::IncompleteBody,
-                        "The request body is longer than its declared length.",
-                    ));
-                }
-                pieces.push(piece);
-            }
-            let checksums = outcome.values().unwrap_or_default();
-            return Ok(Incoming {
-                body: in_memory(pieces, permit),
-                checksums,
-                outcome,
-            });
-        }
-        if late {
-            tracing::debug!(
-                "a trailing or server-computed checksum of a large body (or with the buffers \
-                 full) is checked but not stored"
-            );
-        }
-        Ok(Incoming {
-            body: Box::pin(verified),
-            checksums: early,
+        let checksums = plan.early_values();
+        let at_end = plan.has_late_values().then(|| {
+            let outcome = outcome.clone();
+            ChecksumsAtEnd::new(move || outcome.values().unwrap_or_default())
+        });
+        let body = Box::pin(Verified::new(
+            blob,
+            Verifier::new(plan, trailers),
+            outcome.clone(),
+        ));
+        Incoming {
+            body,
+            checksums,
+            at_end,
             outcome,
-        })
+        }
     }
 
     /// The object's description as GET and HEAD return it.
@@ -378,9 +335,35 @@ impl RailS3 {
 /// A request body ready for the store.
 struct Incoming {
     body: Body,
-    /// The checksums to store with it (values known before the store takes the body).
+    /// The checksums to store with it whose values are known before the body is read.
     checksums: BTreeMap<String, String>,
+    /// The rest, known once the body has been read.
+    at_end: Option<ChecksumsAtEnd>,
     outcome: Outcome,
+}
+
+/// The store's precondition from a write's `If-Match` and `If-None-Match` headers: S3 takes an
+/// ETag in the first, only `*` in the second, and not both at once.
+fn write_condition(
+    if_match: Option<&ETagCondition>,
+    if_none_match: Option<&ETagCondition>,
+) -> S3Result<Option<WriteCondition>> {
+    match (if_match, if_none_match) {
+        (None, None) => Ok(None),
+        (Some(_), Some(_)) => Err(not_implemented(
+            "If-Match and If-None-Match together on a write are not supported",
+        )),
+        (Some(ETagCondition::ETag(e)), None) => {
+            Ok(Some(WriteCondition::ETag(e.value().to_string())))
+        }
+        (Some(ETagCondition::Any), None) => Err(not_implemented(
+            "If-Match: * on a write is not supported; give the object's ETag",
+        )),
+        (None, Some(ETagCondition::Any)) => Ok(Some(WriteCondition::Absent)),
+        (None, Some(ETagCondition::ETag(_))) => {
+            Err(not_implemented("If-None-Match on a write takes only *"))
+        }
+    }
 }
 
 /// The checksums a write answers with: every value that was checked (the stored ones when
@@ -894,9 +877,7 @@ impl S3 for RailS3 {
             input.ssekms_key_id.as_ref(),
             object_lock_requested!(input),
         )?;
-        if input.if_match.is_some() || input.if_none_match.is_some() {
-            return Err(not_implemented("conditional writes are not supported"));
-        }
+        let condition = write_condition(input.if_match.as_ref(), input.if_none_match.as_ref())?;
         if input.write_offset_bytes.is_some() {
             return Err(not_implemented(
                 "appends (x-amz-write-offset-bytes) are not supported",
@@ -906,11 +887,11 @@ impl S3 for RailS3 {
         let mechanism = self.mechanism(&headers, input.storage_class.as_ref())?;
         let mut options = put_options(object_fields!(input), mechanism)?;
         options.content_md5 = content_md5(input.content_md5.as_ref())?;
+        options.condition = condition;
         let plan = checksum_plan!(input, None, &headers, trailing_headers.as_ref());
-        let incoming = self
-            .incoming(input.body, plan, trailing_headers, input.content_length)
-            .await?;
+        let incoming = Self::incoming(input.body, plan, trailing_headers);
         options.checksums = incoming.checksums.clone();
+        options.checksums_at_end = incoming.at_end.clone();
         let info = self
             .store
             .put_object(&input.bucket, &input.key, incoming.body, options)
@@ -1056,14 +1037,14 @@ impl S3 for RailS3 {
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
         let input = req.input;
         check_version(input.version_id.as_deref())?;
-        if input.if_match.is_some()
-            || input.if_match_last_modified_time.is_some()
-            || input.if_match_size.is_some()
-        {
-            return Err(not_implemented("conditional deletes are not supported"));
+        if input.if_match_last_modified_time.is_some() || input.if_match_size.is_some() {
+            return Err(not_implemented(
+                "deletes conditional on the modification time or the size are not supported",
+            ));
         }
+        let condition = write_condition(input.if_match.as_ref(), None)?;
         self.store
-            .delete_object(&input.bucket, &input.key)
+            .delete_object_if(&input.bucket, &input.key, condition.as_ref())
             .await
             .map_err(store_error)?;
         Ok(S3Response::new(DeleteObjectOutput::default()))
@@ -1218,8 +1199,10 @@ impl S3 for RailS3 {
                 user_metadata: src.user_metadata.clone(),
                 headers: src.headers.clone(),
                 checksums: body_checksums,
+                checksums_at_end: None,
                 content_md5: None,
                 mechanism,
+                condition: None,
             })
         } else {
             None
@@ -1445,12 +1428,11 @@ impl S3 for RailS3 {
             &headers,
             trailing_headers.as_ref()
         );
-        let incoming = self
-            .incoming(input.body, plan, trailing_headers, input.content_length)
-            .await?;
+        let incoming = Self::incoming(input.body, plan, trailing_headers);
         let options = PartOptions {
             content_md5: content_md5(input.content_md5.as_ref())?,
             checksums: incoming.checksums.clone(),
+            checksums_at_end: incoming.at_end.clone(),
         };
         let info = self
             .store
@@ -1479,9 +1461,7 @@ impl S3 for RailS3 {
         req: S3Request<CompleteMultipartUploadInput>,
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
         let input = req.input;
-        if input.if_match.is_some() || input.if_none_match.is_some() {
-            return Err(not_implemented("conditional writes are not supported"));
-        }
+        let condition = write_condition(input.if_match.as_ref(), input.if_none_match.as_ref())?;
         let listed = input
             .multipart_upload
             .as_ref()
@@ -1523,6 +1503,7 @@ impl S3 for RailS3 {
                 &input.upload_id,
                 &parts,
                 checksums,
+                condition.as_ref(),
             )
             .await
             .map_err(store_error)?;

@@ -78,6 +78,9 @@ pub enum StoreError {
         /// What is wrong.
         why: String,
     },
+    /// A conditional write's precondition does not hold; nothing was changed.
+    #[error("precondition failed: {0}")]
+    PreconditionFailed(String),
     /// The parts of a completion are not in ascending order.
     #[error("parts must be listed in ascending order of part number")]
     InvalidPartOrder,

@@ -22,6 +22,7 @@ pub use multipart::{multipart_etag, PART_NUMBER_MAX};
 pub use railstore_redundancy::{Mechanism, RepairOptions, RepairProgress, RepairReport};
 pub use store::{check_bucket_name, Store, KEY_BYTES_MAX};
 pub use types::{
-    body_from, collect_body, Body, BucketInfo, GetObject, ListEntry, ListPage, ListQuery,
-    ObjectInfo, PartInfo, PartOptions, PutOptions, RangeSpec, UploadInfo,
+    body_from, collect_body, Body, BucketInfo, ChecksumsAtEnd, GetObject, ListEntry, ListPage,
+    ListQuery, ObjectInfo, PartInfo, PartOptions, PutOptions, RangeSpec, UploadInfo,
+    WriteCondition,
 };

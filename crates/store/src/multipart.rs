@@ -9,7 +9,9 @@ use crate::record::{
     PartRecord, StoredOptions, UploadRecord,
 };
 use crate::store::{Store, Stored, WrittenBody};
-use crate::types::{Body, ObjectInfo, PartInfo, PartOptions, PutOptions, UploadInfo};
+use crate::types::{
+    Body, ChecksumsAtEnd, ObjectInfo, PartInfo, PartOptions, PutOptions, UploadInfo, WriteCondition,
+};
 use md5::{Digest, Md5};
 use railstore_device::StoreMode;
 use railstore_redundancy::Mechanism;
@@ -136,6 +138,7 @@ impl Store {
         let PartOptions {
             content_md5,
             checksums,
+            checksums_at_end,
         } = options;
         self.check_open()?;
         if !(1..=PART_NUMBER_MAX).contains(&number) {
@@ -165,7 +168,7 @@ impl Store {
             etag: hex::encode(written.md5),
             size: written.size,
             last_modified: SystemTime::now(),
-            checksums,
+            checksums: ChecksumsAtEnd::added_to(checksums_at_end.as_ref(), checksums),
         };
         let rec = PartRecord {
             upload_id: upload_id.to_string(),
@@ -222,7 +225,8 @@ impl Store {
 
     /// Completes an upload from the listed `(part number, ETag)` pairs, in ascending order.
     /// `checksums` are the object's (the caller composes them from the parts'). Repeating a
-    /// completion that succeeded returns the object it made.
+    /// completion that succeeded returns the object it made. A failed `condition` leaves the
+    /// upload as it was.
     pub async fn complete_multipart(
         &self,
         bucket: &str,
@@ -230,6 +234,7 @@ impl Store {
         upload_id: &str,
         parts: &[(u32, String)],
         checksums: BTreeMap<String, String>,
+        condition: Option<&WriteCondition>,
     ) -> Result<ObjectInfo> {
         self.check_open()?;
         if parts.is_empty() {
@@ -297,6 +302,9 @@ impl Store {
             }
             chosen
         };
+        if let Some(c) = condition {
+            c.check(self.current(bucket, key).as_ref(), bucket, key)?;
+        }
         let size: u64 = chosen.iter().map(|p| p.info.size).sum();
         let opts = &upload.record.options;
         let info = ObjectInfo {
@@ -440,8 +448,10 @@ impl Store {
                 .iter()
                 .map(|a| (a.clone(), String::new()))
                 .collect(),
+            checksums_at_end: None,
             content_md5: None,
             mechanism: o.mechanism.as_deref().map(Mechanism::parse).transpose()?,
+            condition: None,
         })
     }
 

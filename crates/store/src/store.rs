@@ -21,7 +21,8 @@ use crate::record::{
     ObjectRecord,
 };
 use crate::types::{
-    Body, BucketInfo, GetObject, ListEntry, ListPage, ListQuery, ObjectInfo, PutOptions, RangeSpec,
+    Body, BucketInfo, ChecksumsAtEnd, GetObject, ListEntry, ListPage, ListQuery, ObjectInfo,
+    PutOptions, RangeSpec, WriteCondition,
 };
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -536,6 +537,7 @@ impl Store {
                 ));
             }
         }
+        let condition = options.condition;
         let info = ObjectInfo {
             key: key.to_string(),
             size: written.size,
@@ -544,7 +546,10 @@ impl Store {
             content_type: options.content_type,
             user_metadata: options.user_metadata,
             headers: options.headers,
-            checksums: options.checksums,
+            checksums: ChecksumsAtEnd::added_to(
+                options.checksums_at_end.as_ref(),
+                options.checksums,
+            ),
             mechanism: written.mechanism.to_string(),
             parts: 0,
         };
@@ -558,6 +563,12 @@ impl Store {
         let rkey = object_key(bucket_id, key);
         let old = {
             let _lock = self.lock(&rkey).await;
+            if let Some(c) = &condition {
+                if let Err(e) = c.check(self.current(bucket, key).as_ref(), bucket, key) {
+                    self.discard(Arc::new(written.chunks));
+                    return Err(e);
+                }
+            }
             self.install(bucket, bucket_id, &rkey, info.clone(), written, None)
                 .await?
         };
@@ -716,6 +727,12 @@ impl Store {
         })
     }
 
+    /// The description of the object under `key` now, if any (under the key's lock: the one a
+    /// write will replace).
+    pub(crate) fn current(&self, bucket: &str, key: &str) -> Option<ObjectInfo> {
+        self.entry(bucket, key).ok().map(|(_, e)| e.info.clone())
+    }
+
     fn entry(&self, bucket: &str, key: &str) -> Result<(u64, Arc<Entry>)> {
         let st = self.inner.state.read().unwrap();
         let b = st.bucket(bucket)?;
@@ -786,12 +803,29 @@ impl Store {
 
     /// Deletes an object; `Ok(false)` when there was none (S3 answers both the same way).
     pub async fn delete_object(&self, bucket: &str, key: &str) -> Result<bool> {
+        self.delete_object_if(bucket, key, None).await
+    }
+
+    /// Deletes an object if `condition` holds for it. `WriteCondition::ETag` with no object
+    /// under the key is `Ok(false)`, as S3 answers a conditional delete of a missing key.
+    pub async fn delete_object_if(
+        &self,
+        bucket: &str,
+        key: &str,
+        condition: Option<&WriteCondition>,
+    ) -> Result<bool> {
         self.check_open()?;
         check_key(key)?;
         let bucket_id = self.bucket_id(bucket)?;
         let rkey = object_key(bucket_id, key);
         let old = {
             let _lock = self.lock(&rkey).await;
+            if let Some(c) = condition {
+                match (c, self.current(bucket, key)) {
+                    (WriteCondition::ETag(_), None) => return Ok(false),
+                    (c, current) => c.check(current.as_ref(), bucket, key)?,
+                }
+            }
             let existed = self.inner.manager.delete(&rkey).await?;
             let mut st = self.inner.state.write().unwrap();
             let old = st
@@ -847,8 +881,10 @@ impl Store {
                 } else {
                     BTreeMap::new()
                 },
+                checksums_at_end: None,
                 content_md5: None,
                 mechanism: Mechanism::parse(&src.info.mechanism).ok(),
+                condition: None,
             },
         };
         self.put_object(dst_bucket, dst_key, src.body, options)

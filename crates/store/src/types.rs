@@ -6,7 +6,9 @@ use futures_util::Stream;
 use railstore_redundancy::Mechanism;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::fmt;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 /// A body travelling into or out of the store, in pieces. A put ends at the stream's end; an
@@ -43,11 +45,53 @@ pub struct PutOptions {
     /// Checksums the client sent and the caller verified, by algorithm (`CRC32`, `CRC32C`,
     /// `CRC64NVME`, `SHA1`, `SHA256`) → base64 value; returned on reads when asked.
     pub checksums: BTreeMap<String, String>,
+    /// Checksums whose values are known only at the body's end, stored with `checksums`.
+    pub checksums_at_end: Option<ChecksumsAtEnd>,
     /// `Content-MD5`: the store checks it against the body it receives.
     pub content_md5: Option<[u8; 16]>,
     /// The mechanism for this object (custom mode); `None` lets the hybrid policy choose by
     /// size.
     pub mechanism: Option<Mechanism>,
+    /// A precondition on the object this put replaces.
+    pub condition: Option<WriteCondition>,
+}
+
+/// A precondition on the object a write replaces or deletes (S3's conditional writes). The
+/// store checks it under the key's lock, after the body has been written and just before the
+/// record, so no other write of the key comes between the check and the write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteCondition {
+    /// `If-None-Match: *`: no object has the key.
+    Absent,
+    /// `If-Match: "etag"`: the object under the key has this ETag (without quotes).
+    ETag(String),
+}
+
+impl WriteCondition {
+    /// Whether a write may replace `current` (the object under the key now, if any): an
+    /// error says why not.
+    pub(crate) fn check(
+        &self,
+        current: Option<&ObjectInfo>,
+        bucket: &str,
+        key: &str,
+    ) -> Result<(), StoreError> {
+        match (self, current) {
+            (WriteCondition::Absent, None) => Ok(()),
+            (WriteCondition::Absent, Some(_)) => Err(StoreError::PreconditionFailed(
+                "an object exists under the key (If-None-Match: *)".into(),
+            )),
+            (WriteCondition::ETag(_), None) => Err(StoreError::NoSuchKey {
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+            }),
+            (WriteCondition::ETag(want), Some(o)) if o.etag == want.trim_matches('"') => Ok(()),
+            (WriteCondition::ETag(want), Some(o)) => Err(StoreError::PreconditionFailed(format!(
+                "the object's ETag is \"{}\", not {want:?} (If-Match)",
+                o.etag
+            ))),
+        }
+    }
 }
 
 /// What a multipart part carries besides its bytes (as for [`PutOptions`]).
@@ -57,7 +101,48 @@ pub struct PartOptions {
     pub content_md5: Option<[u8; 16]>,
     /// Checksums the client sent and the caller verified, by algorithm → base64 value.
     pub checksums: BTreeMap<String, String>,
+    /// Checksums whose values are known only at the body's end, stored with `checksums`.
+    pub checksums_at_end: Option<ChecksumsAtEnd>,
 }
+
+/// Checksum values that become known only once the whole body has been read: an aws-chunked
+/// trailer, or values the caller computes while the body streams. The store asks for them
+/// after the body's last piece, before it writes the record, so a body of any size keeps its
+/// checksums without being held in memory.
+#[derive(Clone)]
+pub struct ChecksumsAtEnd(Arc<dyn Fn() -> BTreeMap<String, String> + Send + Sync>);
+
+impl ChecksumsAtEnd {
+    /// `values` is called once the body has ended without error.
+    pub fn new(values: impl Fn() -> BTreeMap<String, String> + Send + Sync + 'static) -> Self {
+        ChecksumsAtEnd(Arc::new(values))
+    }
+
+    /// `checksums` with the values known now added (they win over equal names).
+    pub(crate) fn added_to(
+        at_end: Option<&ChecksumsAtEnd>,
+        mut checksums: BTreeMap<String, String>,
+    ) -> BTreeMap<String, String> {
+        if let Some(f) = at_end {
+            checksums.extend((f.0)());
+        }
+        checksums
+    }
+}
+
+impl fmt::Debug for ChecksumsAtEnd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ChecksumsAtEnd(..)")
+    }
+}
+
+impl PartialEq for ChecksumsAtEnd {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for ChecksumsAtEnd {}
 
 /// An object's description, as HEAD returns it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -3,8 +3,8 @@
 
 use bytes::Bytes;
 use railstore_store::{
-    body_from, collect_body, Body, DeviceKind, ListQuery, PartOptions, PutOptions, RangeSpec,
-    Store, StoreConfig, StoreError,
+    body_from, collect_body, Body, ChecksumsAtEnd, DeviceKind, ListQuery, PartOptions, PutOptions,
+    RangeSpec, Store, StoreConfig, StoreError, WriteCondition,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -256,6 +256,211 @@ async fn a_failed_body_or_digest_stores_nothing_and_keeps_the_old_object() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditional_writes_take_effect_only_when_their_condition_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(config(DeviceKind::Mem, dir.path(), false))
+        .await
+        .unwrap();
+    store.create_bucket("bkt").await.unwrap();
+    let only = |c: WriteCondition| PutOptions {
+        condition: Some(c),
+        ..PutOptions::default()
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let big = bytes(&mut rng, 200_000);
+    let first = store
+        .put_object(
+            "bkt",
+            "k",
+            body_from(big.clone()),
+            only(WriteCondition::Absent),
+        )
+        .await
+        .unwrap();
+    let chunks = store.manager().keys(b"D").await.unwrap().len();
+    assert!(chunks > 0);
+    // Refused writes leave the object and write no lasting chunks.
+    let refused = store
+        .put_object(
+            "bkt",
+            "k",
+            body_from(vec![1u8; 150_000]),
+            only(WriteCondition::Absent),
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::PreconditionFailed(_))),
+        "{refused:?}"
+    );
+    let stale = store
+        .put_object(
+            "bkt",
+            "k",
+            body_from("x"),
+            only(WriteCondition::ETag(hex_md5(b"other"))),
+        )
+        .await;
+    assert!(
+        matches!(stale, Err(StoreError::PreconditionFailed(_))),
+        "{stale:?}"
+    );
+    let missing = store
+        .put_object(
+            "bkt",
+            "nope",
+            body_from("x"),
+            only(WriteCondition::ETag(first.etag.clone())),
+        )
+        .await;
+    assert!(
+        matches!(missing, Err(StoreError::NoSuchKey { .. })),
+        "{missing:?}"
+    );
+    assert!(store.head_object("bkt", "nope").is_err());
+    assert_eq!(get(&store, "bkt", "k").await.unwrap(), big);
+    // A matching ETag (quoted, as HTTP gives it) replaces the object.
+    let second = store
+        .put_object(
+            "bkt",
+            "k",
+            body_from("second"),
+            only(WriteCondition::ETag(format!("\"{}\"", first.etag))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(get(&store, "bkt", "k").await.unwrap(), b"second");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(store.manager().keys(b"D").await.unwrap().len(), 0);
+
+    // Racing creates of one key: exactly one wins.
+    let racers: Vec<_> = (0..8u8)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .put_object(
+                        "bkt",
+                        "race",
+                        body_from(vec![i; 70_000]),
+                        only(WriteCondition::Absent),
+                    )
+                    .await
+            })
+        })
+        .collect();
+    let mut won = Vec::new();
+    for (i, r) in racers.into_iter().enumerate() {
+        match r.await.unwrap() {
+            Ok(_) => won.push(i as u8),
+            Err(StoreError::PreconditionFailed(_)) => {}
+            Err(e) => panic!("racer {i}: {e}"),
+        }
+    }
+    assert_eq!(won.len(), 1, "winners {won:?}");
+    assert_eq!(
+        get(&store, "bkt", "race").await.unwrap(),
+        vec![won[0]; 70_000]
+    );
+
+    // Conditional deletes.
+    let wrong = WriteCondition::ETag(first.etag.clone());
+    assert!(matches!(
+        store.delete_object_if("bkt", "k", Some(&wrong)).await,
+        Err(StoreError::PreconditionFailed(_))
+    ));
+    assert_eq!(get(&store, "bkt", "k").await.unwrap(), b"second");
+    let right = WriteCondition::ETag(second.etag.clone());
+    assert!(store
+        .delete_object_if("bkt", "k", Some(&right))
+        .await
+        .unwrap());
+    assert!(!store
+        .delete_object_if("bkt", "k", Some(&right))
+        .await
+        .unwrap());
+
+    // A completion refused by its condition leaves the upload to complete later.
+    let id = store
+        .create_multipart("bkt", "race", PutOptions::default())
+        .await
+        .unwrap();
+    let part = store
+        .upload_part(
+            "bkt",
+            "race",
+            &id,
+            1,
+            body_from("tail"),
+            PartOptions::default(),
+        )
+        .await
+        .unwrap();
+    let parts = [(1, part.etag)];
+    let refused = store
+        .complete_multipart(
+            "bkt",
+            "race",
+            &id,
+            &parts,
+            BTreeMap::new(),
+            Some(&WriteCondition::Absent),
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::PreconditionFailed(_))),
+        "{refused:?}"
+    );
+    assert_eq!(store.list_parts("bkt", "race", &id).unwrap().len(), 1);
+    let current = WriteCondition::ETag(store.head_object("bkt", "race").unwrap().etag);
+    store
+        .complete_multipart("bkt", "race", &id, &parts, BTreeMap::new(), Some(&current))
+        .await
+        .unwrap();
+    assert_eq!(get(&store, "bkt", "race").await.unwrap(), b"tail");
+}
+
+#[tokio::test]
+async fn checksums_known_at_the_end_are_stored_with_the_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(config(DeviceKind::Mem, dir.path(), false))
+        .await
+        .unwrap();
+    store.create_bucket("bkt").await.unwrap();
+    // The value exists only once the body has been read: the body's last piece sets it.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(None::<usize>));
+    let mut rng = ChaCha8Rng::seed_from_u64(4);
+    let data = bytes(&mut rng, 300_000);
+    let len = data.len();
+    let marked = seen.clone();
+    let body: Body = Box::pin(futures_util::StreamExt::chain(
+        pieces(&data, &mut rng),
+        futures_util::stream::poll_fn(move |_| {
+            *marked.lock().unwrap() = Some(len);
+            std::task::Poll::Ready(None)
+        }),
+    ));
+    let read = seen.clone();
+    let options = PutOptions {
+        checksums: BTreeMap::from([("SHA1".to_string(), "early".to_string())]),
+        checksums_at_end: Some(ChecksumsAtEnd::new(move || {
+            let n = read
+                .lock()
+                .unwrap()
+                .expect("asked only after the body ended");
+            BTreeMap::from([("CRC32".to_string(), format!("len{n}"))])
+        })),
+        ..PutOptions::default()
+    };
+    let info = store.put_object("bkt", "k", body, options).await.unwrap();
+    let want = BTreeMap::from([
+        ("CRC32".to_string(), format!("len{len}")),
+        ("SHA1".to_string(), "early".to_string()),
+    ]);
+    assert_eq!(info.checksums, want);
+    assert_eq!(store.head_object("bkt", "k").unwrap().checksums, want);
+}
+
 fn md5_of(data: &[u8]) -> [u8; 16] {
     use md5::{Digest, Md5};
     Md5::digest(data).into()
@@ -304,7 +509,7 @@ async fn multipart_uploads_complete_once_abort_and_check_their_parts() {
     let reversed: Vec<_> = etags.iter().rev().cloned().collect();
     assert!(matches!(
         store
-            .complete_multipart("bkt", "big", &id, &reversed, BTreeMap::new())
+            .complete_multipart("bkt", "big", &id, &reversed, BTreeMap::new(), None)
             .await,
         Err(StoreError::InvalidPartOrder)
     ));
@@ -312,19 +517,19 @@ async fn multipart_uploads_complete_once_abort_and_check_their_parts() {
     wrong[1].1 = hex_md5(b"other");
     assert!(matches!(
         store
-            .complete_multipart("bkt", "big", &id, &wrong, BTreeMap::new())
+            .complete_multipart("bkt", "big", &id, &wrong, BTreeMap::new(), None)
             .await,
         Err(StoreError::InvalidPart { part: 2, .. })
     ));
     // Part 4 (7 bytes) may only be last; skipping part 3 leaves the 16 KiB minimum met.
     let info = store
-        .complete_multipart("bkt", "big", &id, &etags, BTreeMap::new())
+        .complete_multipart("bkt", "big", &id, &etags, BTreeMap::new(), None)
         .await
         .unwrap();
     assert_eq!(info.parts, 4);
     assert!(info.etag.ends_with("-4"));
     let again = store
-        .complete_multipart("bkt", "big", &id, &etags, BTreeMap::new())
+        .complete_multipart("bkt", "big", &id, &etags, BTreeMap::new(), None)
         .await
         .unwrap();
     assert_eq!(
@@ -355,7 +560,14 @@ async fn multipart_uploads_complete_once_abort_and_check_their_parts() {
     let e2 = hex_md5(&[2u8; 10]);
     assert!(matches!(
         store
-            .complete_multipart("bkt", "small", &id2, &[(1, e), (2, e2)], BTreeMap::new())
+            .complete_multipart(
+                "bkt",
+                "small",
+                &id2,
+                &[(1, e), (2, e2)],
+                BTreeMap::new(),
+                None
+            )
             .await,
         Err(StoreError::EntityTooSmall { part: 1, .. })
     ));

@@ -1,6 +1,8 @@
 use crate::common::*;
 use aws_sdk_s3::primitives::{ByteStream, DateTime};
-use aws_sdk_s3::types::{Delete, MetadataDirective, ObjectIdentifier};
+use aws_sdk_s3::types::{
+    CompletedMultipartUpload, CompletedPart, Delete, MetadataDirective, ObjectIdentifier,
+};
 use std::time::{Duration, SystemTime};
 
 /// The mechanism a presigned GET of the object says protects it.
@@ -291,6 +293,141 @@ async fn conditional_reads() {
         .await
         .unwrap_err();
     assert_eq!(status(&e), Some(412));
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditional_writes() {
+    let s = start().await;
+    let b = s.bucket("cond-writes").await;
+    // If-None-Match: * creates once.
+    let first = s
+        .put_request(&b, "k")
+        .body(b"first".to_vec().into())
+        .if_none_match("*")
+        .send()
+        .await
+        .unwrap();
+    let etag = first.e_tag().unwrap().to_string();
+    let e = s
+        .put_request(&b, "k")
+        .body(data(100_000, 1).into())
+        .if_none_match("*")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&e), Some(412), "{}", describe(&e));
+    assert_eq!(code(&e).as_deref(), Some("PreconditionFailed"));
+    // If-Match replaces only the version the client saw.
+    let e = s
+        .put_request(&b, "k")
+        .body(b"stale".to_vec().into())
+        .if_match("\"0123\"")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&e), Some(412), "{}", describe(&e));
+    let e = s
+        .put_request(&b, "absent")
+        .body(b"x".to_vec().into())
+        .if_match(etag.as_str())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e).as_deref(), Some("NoSuchKey"), "{}", describe(&e));
+    assert_eq!(s.get(&b, "k").await, b"first");
+    let second = s
+        .put_request(&b, "k")
+        .body(b"second".to_vec().into())
+        .if_match(etag.as_str())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(s.get(&b, "k").await, b"second");
+    // Unsupported forms are refused and change nothing.
+    for (im, inm) in [
+        (Some("*"), None),
+        (None, Some(etag.as_str())),
+        (Some(etag.as_str()), Some("*")),
+    ] {
+        let e = s
+            .put_request(&b, "k")
+            .body(b"odd".to_vec().into())
+            .set_if_match(im.map(str::to_string))
+            .set_if_none_match(inm.map(str::to_string))
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(
+            code(&e).as_deref(),
+            Some("NotImplemented"),
+            "{im:?} {inm:?}"
+        );
+    }
+    assert_eq!(s.get(&b, "k").await, b"second");
+    // CompleteMultipartUpload with If-None-Match: * on an existing key.
+    let id = s
+        .create_upload_request(&b, "k")
+        .send()
+        .await
+        .unwrap()
+        .upload_id
+        .unwrap();
+    let part = s
+        .upload_part_request(&b, "k")
+        .upload_id(&id)
+        .part_number(1)
+        .body(b"part".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    let done = CompletedMultipartUpload::builder()
+        .parts(
+            CompletedPart::builder()
+                .part_number(1)
+                .e_tag(part.e_tag().unwrap())
+                .build(),
+        )
+        .build();
+    let e = s
+        .complete_request(&b, "k")
+        .upload_id(&id)
+        .multipart_upload(done.clone())
+        .if_none_match("*")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&e), Some(412), "{}", describe(&e));
+    assert_eq!(s.get(&b, "k").await, b"second");
+    s.complete_request(&b, "k")
+        .upload_id(&id)
+        .multipart_upload(done)
+        .if_match(second.e_tag().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(s.get(&b, "k").await, b"part");
+    // DeleteObject with If-Match.
+    let e = s
+        .client
+        .delete_object()
+        .bucket(&b)
+        .key("k")
+        .if_match(etag.as_str())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(status(&e), Some(412), "{}", describe(&e));
+    let now = s.head_request(&b, "k").send().await.unwrap();
+    s.client
+        .delete_object()
+        .bucket(&b)
+        .key("k")
+        .if_match(now.e_tag().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert!(s.head_request(&b, "k").send().await.is_err());
     s.stop().await;
 }
 
