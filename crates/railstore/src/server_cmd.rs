@@ -23,7 +23,7 @@ pub struct ConfigArgs {
     #[arg(long, short)]
     pub config: Option<PathBuf>,
     /// Data folder (overrides the file's `data_dir`).
-    #[arg(long)]
+    #[arg(long = "data", visible_alias = "data-dir", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
 }
 
@@ -162,8 +162,15 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
     /// Listening address (overrides `[server].listen`).
-    #[arg(long)]
+    #[arg(long, value_name = "HOST:PORT")]
     pub listen: Option<SocketAddr>,
+    /// S3 access key id (overrides `[server].access_key` and the data folder's generated
+    /// pair); give `--secret-key` with it.
+    #[arg(long, env = "RAILSTORE_ACCESS_KEY")]
+    pub access_key: Option<String>,
+    /// S3 secret key, with `--access-key`.
+    #[arg(long, env = "RAILSTORE_SECRET_KEY", hide_env_values = true)]
+    pub secret_key: Option<String>,
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
@@ -193,6 +200,17 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
     let mut loaded = args.config.load()?;
     if let Some(l) = args.listen {
         loaded.server.listen = l;
+    }
+    match (&args.access_key, &args.secret_key) {
+        (Some(a), Some(s)) => {
+            loaded.server.access_key = Some(a.clone());
+            loaded.server.secret_key = Some(s.clone());
+        }
+        (None, None) => {}
+        _ => bail!(
+            "give both --access-key and --secret-key (or RAILSTORE_ACCESS_KEY and \
+             RAILSTORE_SECRET_KEY), or neither"
+        ),
     }
     let Loaded { store: cfg, server } = loaded;
     let (access_key, secret_key, generated) = credentials(&server, &cfg.data_dir)?;
