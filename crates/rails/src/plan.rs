@@ -53,6 +53,14 @@ impl ScheduledReads {
             .role(self.colour_of[device], now)
     }
 
+    /// The buffering stint of `device` at `t_ns` ([`Schedule::buffering_stint`]).
+    pub fn buffering_stint(&self, device: usize, t_ns: u64) -> Option<(u64, u64)> {
+        self.schedule
+            .read()
+            .unwrap()
+            .buffering_stint(self.colour_of[device], t_ns)
+    }
+
     /// Changes the schedule (window sizes planned ahead).
     pub fn with_schedule<T>(&self, f: impl FnOnce(&mut Schedule) -> T) -> T {
         f(&mut self.schedule.write().unwrap())

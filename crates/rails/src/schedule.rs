@@ -214,6 +214,31 @@ impl Schedule {
         }
     }
 
+    /// The stint of `colour` that contains `t_ns` while it is not a writer: from the start of
+    /// its guard (or of the schedule) to the instant it next writes, in nanoseconds; `None`
+    /// while it writes. Its write buffer must hold what arrives for it in that span.
+    pub fn buffering_stint(&self, colour: usize, t_ns: u64) -> Option<(u64, u64)> {
+        if self.role(colour, t_ns) == Role::Writer {
+            return None;
+        }
+        let f = self.frame_at(t_ns);
+        // The run of window frames this instant belongs to (the next one while guarding); a
+        // run is never longer than the ring, as some colour always writes.
+        let ring = self.cfg.colours as u64;
+        let mut first = if self.in_window(colour, f) { f } else { f + 1 };
+        while first > 0 && f + 1 - first < ring && self.in_window(colour, first - 1) {
+            first -= 1;
+        }
+        let mut end = first;
+        while end - first < ring && self.in_window(colour, end) {
+            end += 1;
+        }
+        let start = self
+            .frame_start(first)
+            .saturating_sub(self.cfg.guard.as_nanos() as u64);
+        Some((start, self.frame_start(end)))
+    }
+
     /// The next instant after `t_ns` at which some colour's role changes.
     pub fn next_change(&self, t_ns: u64) -> u64 {
         let f = self.frame_at(t_ns);
@@ -321,6 +346,25 @@ mod tests {
             window_max: s,
             guard: Duration::from_millis(50),
         }
+    }
+
+    #[test]
+    fn buffering_stints_span_guard_and_window() {
+        // 6 colours, window 3, 1 s frames, 50 ms guard: colour c reads in the frames f with
+        // f mod 6 in {c-2, c-1, c}.
+        let s = Schedule::new(cfg(6, 3)).unwrap();
+        // Colour 0 reads in frame 0 (a run cut by the schedule's start), then 4-6.
+        assert_eq!(s.buffering_stint(0, 500 * MS), Some((0, 1000 * MS)));
+        assert_eq!(s.buffering_stint(0, 2000 * MS), None);
+        assert_eq!(
+            s.buffering_stint(0, 3960 * MS),
+            Some((3950 * MS, 7000 * MS))
+        );
+        // Colour 3 guards from 950 ms, reads in frames 1-3, writes from 4000 ms.
+        assert_eq!(s.buffering_stint(3, 900 * MS), None);
+        assert_eq!(s.buffering_stint(3, 950 * MS), Some((950 * MS, 4000 * MS)));
+        assert_eq!(s.buffering_stint(3, 3999 * MS), Some((950 * MS, 4000 * MS)));
+        assert_eq!(s.buffering_stint(3, 4000 * MS), None);
     }
 
     #[test]
@@ -483,6 +527,22 @@ mod tests {
             prop_assert!(next > t);
             for col in 0..n {
                 prop_assert_eq!(sch.role(col, next - 1), sch.role(col, t));
+            }
+            // A buffering stint holds no writer instant and is bounded by writer instants.
+            for (col, role) in roles.iter().enumerate() {
+                match sch.buffering_stint(col, t) {
+                    None => prop_assert_eq!(*role, Role::Writer),
+                    Some((a, b)) => {
+                        prop_assert!(a <= t && t < b);
+                        prop_assert!(a == 0 || sch.role(col, a - 1) == Role::Writer);
+                        prop_assert_eq!(sch.role(col, b), Role::Writer);
+                        let mut at = a;
+                        while at < b {
+                            prop_assert!(sch.role(col, at) != Role::Writer);
+                            at = sch.next_change(at);
+                        }
+                    }
+                }
             }
         }
     }

@@ -84,6 +84,15 @@ pub struct RailsConfig {
     pub adaptive: Option<AdaptiveWindow>,
     /// What a power failure may take (buffered writes in memory only, or journalled).
     pub durability: Durability,
+    /// Spread the writes a non-writer buffers over its stint (Rails §4.2.2: the buffer holds
+    /// what arrives while the device reads, and one frame more while it flushes): once its
+    /// buffer holds more than an eighth of its bound, a write waits until the stint so far
+    /// has earned room for it, at a rate that reaches s/(s+1) of the bound as the stint ends.
+    /// A steady load then flows at what the buffers sustain instead of filling them at full
+    /// speed and stopping every writer until the stint ends and the flush has made room. Off, or with
+    /// `partial_when_full` (whose writes never wait for a buffer): writers run until the
+    /// buffer is full, then wait (or go partial).
+    pub pace_buffered_writes: bool,
     /// Bound of the journal records kept for one device's writes, in bytes of records (key,
     /// value and overhead), from the write until the holder deletes the record. Superseded
     /// writes keep their records until the device's watermark passes them, so this also bounds
@@ -102,8 +111,8 @@ pub struct AdaptiveWindow {
 }
 
 impl RailsConfig {
-    /// Separation on with `schedule`, 256 MiB buffers, back-pressure, compaction while
-    /// writing, buffered writes journalled (512 MiB of journal per device).
+    /// Separation on with `schedule`, 256 MiB buffers, paced buffered writes, back-pressure,
+    /// compaction while writing, buffered writes journalled (512 MiB of journal per device).
     pub fn new(schedule: ScheduleConfig) -> RailsConfig {
         RailsConfig {
             schedule,
@@ -114,6 +123,7 @@ impl RailsConfig {
             adaptive: None,
             durability: Durability::Journal,
             journal_bytes_max: 512 << 20,
+            pace_buffered_writes: true,
         }
     }
 }
@@ -135,6 +145,11 @@ pub struct DeviceCounters {
     pub buffer_reads: AtomicU64,
     /// Times a writer waited for buffer (or journal) room.
     pub backpressure_waits: AtomicU64,
+    /// Times a write to this device waited for its share of the stint
+    /// ([`RailsConfig::pace_buffered_writes`]).
+    pub paced_waits: AtomicU64,
+    /// Nanoseconds those waits lasted, summed.
+    pub paced_ns: AtomicU64,
     /// Compaction passes run while a writer.
     pub compactions: AtomicU64,
     /// Value bytes read through this device (buffer hits included).
@@ -207,11 +222,17 @@ struct DeviceState {
     /// Held while a batch is applied, a checkpoint is taken, or a write overtakes the buffer:
     /// one at a time, so order per key holds and a checkpoint sees no write half done.
     flush_lock: tokio::sync::Mutex<()>,
-    /// Held across a sync of the device, so a caller that finds it clean knows no sync of it
-    /// is still running.
+    /// Held across a sync of the device: one at a time, and a caller that waited for one
+    /// finds what it covered.
     sync_lock: tokio::sync::Mutex<()>,
-    /// The device holds journal records stored since its last sync.
-    journal_dirty: AtomicBool,
+    /// Counts the stores that a sync of the device must make durable, each once it has
+    /// returned: journal records, direct writes, or a write whose journal record it let go
+    /// because its stored watermark covers it. Buffered writes it applied need no sync: their
+    /// records do.
+    dirty_seq: AtomicU64,
+    /// The `dirty_seq` that the last completed sync covers: the device is clean while it is
+    /// at least `dirty_seq`.
+    synced_seq: AtomicU64,
     /// The next journal tag of writes to this device (changed under the buffer lock).
     next_tag: AtomicU64,
     /// The watermark last stored on this device.
@@ -351,7 +372,8 @@ impl Rails {
                     counters: DeviceCounters::default(),
                     flush_lock: tokio::sync::Mutex::new(()),
                     sync_lock: tokio::sync::Mutex::new(()),
-                    journal_dirty: AtomicBool::new(false),
+                    dirty_seq: AtomicU64::new(0),
+                    synced_seq: AtomicU64::new(0),
                     next_tag: AtomicU64::new(1),
                     wm_stored: AtomicU64::new(0),
                     wm_durable: AtomicU64::new(0),
@@ -498,6 +520,44 @@ impl Rails {
         Ok(())
     }
 
+    /// When a write of `op` to device `d` may enter its buffer, if not now
+    /// ([`RailsConfig::pace_buffered_writes`]): the buffer may hold an eighth of its bound at
+    /// once, and more in proportion to the time its stint has run.
+    fn paced_until(&self, d: usize, op: &Pending) -> Option<u64> {
+        if !self.cfg.pace_buffered_writes || self.cfg.partial_when_full {
+            return None;
+        }
+        let now = self.now_ns();
+        let (start, end) = self.plan.buffering_stint(d, now)?;
+        let (held, max) = {
+            let b = self.devices[d].buffer.lock().unwrap();
+            (b.bytes(), b.bytes_max())
+        };
+        let len = match op {
+            Pending::Store(v) => v.len() as u64,
+            Pending::Delete => 0,
+        };
+        let slack = max / 8;
+        let want = held + len;
+        if want <= slack || held == 0 {
+            return None;
+        }
+        // Aim at the bound less a frame's share, for what arrives while the buffer flushes
+        // after the stint (Rails §4.2.2: (s + 1) T w for s frames of reading).
+        let span = u128::from(end - start);
+        let frame = self.cfg.schedule.frame.as_nanos();
+        let aim = (max as u128 * span / (span + frame)).max(slack as u128 + 1);
+        let share = |t: u64| slack as u128 + (aim - slack as u128) * u128::from(t - start) / span;
+        if want as u128 <= share(now) {
+            return None;
+        }
+        // The instant the share reaches `want` (the stint's end at the latest: the device
+        // then writes, and a full buffer waits for room as before).
+        let at = start as u128
+            + (want as u128).min(aim).saturating_sub(slack as u128) * span / (aim - slack as u128);
+        Some((at.min(u128::from(end)) as u64).max(now + 1))
+    }
+
     /// Buffered writes are journalled.
     fn journalled(&self) -> bool {
         self.cfg.separation && self.cfg.durability == Durability::Journal
@@ -576,7 +636,9 @@ impl Rails {
         let mut rounds = 0;
         loop {
             self.rejournal_lost(d).await?;
-            self.sync_device(d, false).await?;
+            // Only what `d` must hold itself: a backlog it is flushing is in the journal, so
+            // a sync here need not wait for it to reach the disk.
+            self.sync_device(d, true).await?;
             let mut lost_one = None;
             for w in (0..self.devices.len()).filter(|&w| w != d) {
                 let holds = {
@@ -626,25 +688,32 @@ impl Rails {
         res
     }
 
-    /// Syncs device `x` (with `only_if_dirty`, only when it holds journal records stored since
-    /// its last sync); a watermark stored before is durable afterwards.
+    /// Syncs device `x` (with `only_if_dirty`, only when a store counted in its `dirty_seq`
+    /// is not covered yet); a watermark stored before is durable afterwards.
     async fn sync_device(&self, x: usize, only_if_dirty: bool) -> Result<(), DeviceError> {
         let st = &self.devices[x];
-        let _g = st.sync_lock.lock().await;
-        let was_dirty = st.journal_dirty.swap(false, Ordering::SeqCst);
-        if only_if_dirty && !was_dirty {
+        // Every store that needs this sync has returned and counted itself by now; a clean
+        // device is not waited for, even while its flusher syncs a backlog.
+        let wanted = st.dirty_seq.load(Ordering::SeqCst);
+        let clean = || st.synced_seq.load(Ordering::SeqCst) >= wanted;
+        if only_if_dirty && clean() {
             return Ok(());
         }
+        let _g = st.sync_lock.lock().await;
+        if only_if_dirty && clean() {
+            return Ok(());
+        }
+        let covers = st.dirty_seq.load(Ordering::SeqCst);
         let stored = st.wm_stored.load(Ordering::SeqCst);
         match st.inner.sync().await {
             Ok(()) => {
+                st.synced_seq.fetch_max(covers, Ordering::SeqCst);
                 if st.wm_durable.fetch_max(stored, Ordering::SeqCst) < stored {
                     self.wake_holders();
                 }
                 Ok(())
             }
             Err(e) => {
-                st.journal_dirty.store(true, Ordering::SeqCst);
                 if fatal(&e) {
                     self.fail_device(x);
                 }
@@ -654,7 +723,8 @@ impl Rails {
     }
 
     /// The device to journal a write to `d` on: the healthy writer-role device other than `d`
-    /// holding the fewest journal bytes, else `d` itself if it writes (behind its backlog).
+    /// holding the fewest journal bytes, one not flushing a backlog first (a sync of it waits
+    /// for that backlog to reach its disk), else `d` itself if it writes (behind its backlog).
     fn journal_device(&self, d: usize, tried: &[usize]) -> Option<usize> {
         let n = self.devices.len();
         let first = self.journal_rr.fetch_add(1, Ordering::Relaxed) % n;
@@ -663,7 +733,10 @@ impl Rails {
         (0..n)
             .map(|i| (first + i) % n)
             .filter(|&w| w != d && usable(w))
-            .min_by_key(|&w| self.devices[w].held_bytes.load(Ordering::SeqCst))
+            .min_by_key(|&w| {
+                let flushing = !self.devices[w].buffer.lock().unwrap().is_empty();
+                (flushing, self.devices[w].held_bytes.load(Ordering::SeqCst))
+            })
             .or_else(|| usable(d).then_some(d))
     }
 
@@ -695,6 +768,7 @@ impl Rails {
             }
             if st.wm_stored.load(Ordering::SeqCst) >= tag {
                 // Already applied and under a stored watermark: a sync of `d` makes it durable.
+                st.mark_dirty();
                 release();
                 return Ok(());
             }
@@ -703,7 +777,7 @@ impl Rails {
                     let hs = &self.devices[w];
                     match hs.inner.store(&rkey, &value, StoreMode::Upsert).await {
                         Ok(()) => {
-                            hs.journal_dirty.store(true, Ordering::SeqCst);
+                            hs.mark_dirty();
                             hs.held.lock().unwrap().insert((d as u32, tag), cost);
                             hs.held_bytes.fetch_add(cost, Ordering::SeqCst);
                             if self.is_failed(w) {
@@ -737,6 +811,7 @@ impl Rails {
                         .journal_fallbacks
                         .fetch_add(1, Ordering::Relaxed);
                     let res = self.flush_all(d, None).await;
+                    st.mark_dirty();
                     release();
                     return res;
                 }
@@ -1135,6 +1210,11 @@ impl Rails {
 }
 
 impl DeviceState {
+    /// Counts a store that has returned and that a sync must make durable.
+    fn mark_dirty(&self) {
+        self.dirty_seq.fetch_add(1, Ordering::SeqCst);
+    }
+
     fn check(&self) -> Result<(), DeviceError> {
         if self.failed.load(Ordering::SeqCst) {
             return Err(DeviceError::Failed {
@@ -1284,11 +1364,25 @@ impl Separated {
         }
         loop {
             st.check()?;
+            if let Some(until) = r.paced_until(d, &op) {
+                let now = r.now_ns();
+                st.counters.paced_waits.fetch_add(1, Ordering::Relaxed);
+                st.counters
+                    .paced_ns
+                    .fetch_add(until.saturating_sub(now), Ordering::Relaxed);
+                tokio::time::sleep_until(r.start + std::time::Duration::from_nanos(until)).await;
+                continue;
+            }
             let room = st.room.notified();
             match self.place(key, &op) {
                 Placed::Buffered(None) => return Ok(()),
                 Placed::Buffered(Some(tag)) => return r.journal(d, tag, key, &op).await,
-                Placed::Direct | Placed::Bypass(None) => return r.apply(d, key, &op).await,
+                Placed::Direct | Placed::Bypass(None) => {
+                    r.apply(d, key, &op).await?;
+                    // Set once the store is done, so a sync that finds it clean covered it.
+                    st.mark_dirty();
+                    return Ok(());
+                }
                 Placed::Bypass(Some(tag)) => {
                     r.journal(d, tag, key, &op).await?;
                     // Under the flush lock no batch or checkpoint runs: this write lands before
@@ -1300,6 +1394,7 @@ impl Separated {
                         return Ok(());
                     }
                     r.apply(d, key, &op).await?;
+                    st.mark_dirty();
                     st.buffer.lock().unwrap().discard_older(key, tag);
                     st.room.notify_waiters();
                     return Ok(());

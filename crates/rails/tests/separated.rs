@@ -317,3 +317,66 @@ async fn the_window_follows_the_measured_load() {
     assert_eq!(rails.window_size(), 1);
     assert!(rails.partial_frames() > 0);
 }
+
+/// Writes as fast as they are taken to the reader of a two-device ring for its whole stint:
+/// (largest buffer seen, writes taken, counters of the reader).
+async fn fill_one_stint(pace: bool) -> (u64, u64, u64, u64) {
+    const VALUE: usize = 8 << 10;
+    let mems: Vec<Arc<dyn Device>> = (0..2)
+        .map(|_| Arc::new(MemDevice::new(MemConfig::default()).unwrap()) as Arc<dyn Device>)
+        .collect();
+    let cfg = RailsConfig {
+        write_buffer_bytes_max: 256 << 10,
+        pace_buffered_writes: pace,
+        ..RailsConfig::new(ScheduleConfig {
+            colours: 2,
+            frame: Duration::from_millis(100),
+            window_min: 1,
+            window_max: 1,
+            guard: Duration::from_millis(10),
+        })
+    };
+    let (rails, devs) = Rails::new(cfg, mems, vec![0, 1]).unwrap();
+    let t0 = Instant::now();
+    let (mut peak, mut taken) = (0, 0u64);
+    while t0.elapsed() < Duration::from_millis(95) {
+        assert_eq!(rails.role(0), Role::Reader);
+        // Bounded so the unpaced run (which stops once the buffer is full) ends too.
+        let key = format!("k{taken}");
+        let left = Duration::from_millis(95).saturating_sub(t0.elapsed());
+        let put = devs[0].store(key.as_bytes(), &[1; VALUE], StoreMode::Upsert);
+        if tokio::time::timeout(left, put).await.is_err() {
+            break;
+        }
+        taken += 1;
+        peak = peak.max(rails.snapshot()[0].buffer_bytes);
+    }
+    let c = rails.counters(0);
+    use std::sync::atomic::Ordering::Relaxed;
+    (
+        peak,
+        taken,
+        c.paced_waits.load(Relaxed),
+        c.backpressure_waits.load(Relaxed),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn paced_writes_spread_over_the_stint_instead_of_stopping() {
+    const VALUE: u64 = 8 << 10;
+    // Device 0 reads from 0 to 100 ms; with the frame it flushes in, its 256 KiB buffer is
+    // aimed at 256 KiB x 100 / (100 + 100) = 128 KiB by the stint's end.
+    let (peak, taken, paced, full) = fill_one_stint(true).await;
+    assert!(peak <= (128 << 10) + VALUE, "peak {peak}");
+    assert!(paced > 0);
+    assert_eq!(full, 0, "a paced write waited for a full buffer");
+    // The writes were spread over the stint: 95 % of it earned about 112 KiB past the first
+    // 32 KiB, 14 writes, with the first 4 at once.
+    assert!((14..=18).contains(&taken), "{taken} writes taken");
+    // Unpaced, the same load fills the whole buffer at once and then waits for room.
+    let (peak, taken, paced, full) = fill_one_stint(false).await;
+    assert!(peak > (256 << 10) - VALUE, "peak {peak}");
+    assert!((30..=32).contains(&taken), "{taken} writes taken");
+    assert_eq!(paced, 0);
+    assert!(full > 0);
+}

@@ -260,29 +260,97 @@ impl Store {
                     .map(|d| (format!("{{device=\"{d}\"}}"), f(d)))
                     .collect()
             };
+            type Counter = fn(&railstore_rails::DeviceCounters) -> &AtomicU64;
+            let counters: [(&str, &str, Counter); 14] = [
+                (
+                    "rails_buffered_ops_total",
+                    "Writes buffered for a reader.",
+                    |c| &c.buffered_ops,
+                ),
+                (
+                    "rails_direct_ops_total",
+                    "Writes sent straight to a writer.",
+                    |c| &c.direct_ops,
+                ),
+                ("rails_flushed_ops_total", "Buffered writes flushed.", |c| {
+                    &c.flushed_ops
+                }),
+                (
+                    "rails_flushed_bytes_total",
+                    "Value bytes flushed from buffers.",
+                    |c| &c.flushed_bytes,
+                ),
+                (
+                    "rails_partial_ops_total",
+                    "Writes sent to a reader whose buffer was full.",
+                    |c| &c.partial_ops,
+                ),
+                (
+                    "rails_buffer_reads_total",
+                    "Reads answered from a write buffer.",
+                    |c| &c.buffer_reads,
+                ),
+                (
+                    "rails_backpressure_waits_total",
+                    "Times a write waited for buffer or journal room.",
+                    |c| &c.backpressure_waits,
+                ),
+                (
+                    "rails_paced_waits_total",
+                    "Times a write waited for its share of a reader's stint.",
+                    |c| &c.paced_waits,
+                ),
+                (
+                    "rails_paced_nanoseconds_total",
+                    "Time writes waited for their share of a stint.",
+                    |c| &c.paced_ns,
+                ),
+                (
+                    "rails_journal_records_total",
+                    "Journal records written for this device's writes.",
+                    |c| &c.journal_records,
+                ),
+                (
+                    "rails_journal_bytes_total",
+                    "Bytes of those journal records.",
+                    |c| &c.journal_bytes,
+                ),
+                (
+                    "rails_journal_waits_total",
+                    "Times a write waited for a writer to journal on.",
+                    |c| &c.journal_waits,
+                ),
+                (
+                    "rails_compactions_total",
+                    "Compaction passes run while a writer.",
+                    |c| &c.compactions,
+                ),
+                (
+                    "rails_watermarks_total",
+                    "Journal watermarks stored (flusher checkpoints).",
+                    |c| &c.watermarks,
+                ),
+            ];
+            for (name, help, counter) in counters {
+                metric(
+                    name,
+                    "counter",
+                    help,
+                    &c(&|d| counter(r.counters(d)).load(Ordering::Relaxed)),
+                );
+            }
+            let journal = r.snapshot();
             metric(
-                "rails_buffered_ops_total",
-                "counter",
-                "Writes buffered for a reader.",
-                &c(&|d| r.counters(d).buffered_ops.load(Ordering::Relaxed)),
+                "rails_journal_held_bytes",
+                "gauge",
+                "Bytes of journal records kept for this device's writes.",
+                &c(&|d| journal[d].journal_bytes),
             );
             metric(
-                "rails_direct_ops_total",
+                "rails_partial_frames_total",
                 "counter",
-                "Writes sent straight to a writer.",
-                &c(&|d| r.counters(d).direct_ops.load(Ordering::Relaxed)),
-            );
-            metric(
-                "rails_flushed_ops_total",
-                "counter",
-                "Buffered writes flushed.",
-                &c(&|d| r.counters(d).flushed_ops.load(Ordering::Relaxed)),
-            );
-            metric(
-                "rails_partial_ops_total",
-                "counter",
-                "Writes sent to a reader whose buffer was full.",
-                &c(&|d| r.counters(d).partial_ops.load(Ordering::Relaxed)),
+                "Frames whose writes needed more writers than separation leaves.",
+                &[(String::new(), r.partial_frames())],
             );
         }
         out
