@@ -85,9 +85,10 @@ pub struct RailsConfig {
     /// What a power failure may take (buffered writes in memory only, or journalled).
     pub durability: Durability,
     /// Spread the writes a non-writer buffers over its stint (Rails §4.2.2: the buffer holds
-    /// what arrives while the device reads, and one frame more while it flushes): once its
-    /// buffer holds more than an eighth of its bound, a write waits until the stint so far
-    /// has earned room for it, at a rate that reaches s/(s+1) of the bound as the stint ends.
+    /// what arrives while the device reads): once its buffer holds more than an eighth of its
+    /// bound, a write waits until the stint so far has earned room for it, at a rate that
+    /// reaches seven eighths of the bound as the stint ends (the last eighth takes what
+    /// arrives while the flush that follows makes room).
     /// A steady load then flows at what the buffers sustain instead of filling them at full
     /// speed and stopping every writer until the stint ends and the flush has made room. Off, or with
     /// `partial_when_full` (whose writes never wait for a buffer): writers run until the
@@ -542,11 +543,13 @@ impl Rails {
         if want <= slack || held == 0 {
             return None;
         }
-        // Aim at the bound less a frame's share, for what arrives while the buffer flushes
-        // after the stint (Rails §4.2.2: (s + 1) T w for s frames of reading).
+        // Aim at the bound less another eighth, for what arrives after the stint while the
+        // flush makes room (its first checkpoint frees up to a quarter of the bound).
         let span = u128::from(end - start);
-        let frame = self.cfg.schedule.frame.as_nanos();
-        let aim = (max as u128 * span / (span + frame)).max(slack as u128 + 1);
+        let aim = (max - slack) as u128;
+        if aim <= slack as u128 {
+            return None;
+        }
         let share = |t: u64| slack as u128 + (aim - slack as u128) * u128::from(t - start) / span;
         if want as u128 <= share(now) {
             return None;
