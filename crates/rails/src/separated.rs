@@ -536,7 +536,8 @@ impl Rails {
         };
         let len = match op {
             Pending::Store(v) => v.len() as u64,
-            Pending::Delete => 0,
+            // Small, and they make room where they replace a buffered value.
+            Pending::Delete => return None,
         };
         let slack = max / 8;
         let want = held + len;
