@@ -269,18 +269,32 @@ fn open_direct_or_not(path: &Path, want_direct: bool) -> Result<(File, bool)> {
 
 /// Allocates `bytes` for a regular file (`fallocate`, or `set_len` where unsupported).
 fn preallocate(file: &File, bytes: u64) -> Result<()> {
-    // SAFETY: fallocate on a valid, owned descriptor has no memory effects.
-    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, bytes as libc::off_t) };
-    if rc == 0 {
-        return Ok(());
-    }
-    let e = std::io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
-        return file
+    match allocate(file, 0, bytes) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => file
             .set_len(bytes)
-            .map_err(|e| DeviceError::io("size device file", e));
+            .map_err(|e| DeviceError::io("size device file", e)),
+        Err(e) => Err(DeviceError::io("preallocate device file", e)),
     }
-    Err(DeviceError::io("preallocate device file", e))
+}
+
+/// Allocates `len` bytes of `file` from `offset` (zeros where nothing was written), growing
+/// the file to cover them.
+pub(crate) fn allocate(file: &File, offset: u64, len: u64) -> std::io::Result<()> {
+    // SAFETY: fallocate on a valid, owned descriptor has no memory effects.
+    let rc = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            0,
+            offset as libc::off_t,
+            len as libc::off_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// Wall-clock nanoseconds: the first sequence number of a new single-file device.
@@ -741,6 +755,19 @@ impl Layout {
                     .map_err(|e| DeviceError::io("fdatasync sealed segment", e))
             }
             (_, _) => {
+                // A file allocated ahead of its writes (`Shared::allocate_ahead`) is cut back to
+                // its written blocks: a sealed segment file ends where its log does.
+                let written = align_up(end);
+                let len = io
+                    .file
+                    .metadata()
+                    .map_err(|e| DeviceError::io("stat sealed segment", e))?
+                    .len();
+                if len > written {
+                    io.file
+                        .set_len(written)
+                        .map_err(|e| DeviceError::io("truncate sealed segment", e))?;
+                }
                 io.file
                     .sync_data()
                     .map_err(|e| DeviceError::io("fdatasync sealed segment", e))?;
