@@ -2,14 +2,17 @@
 //! read/write separation on (`separated`), off (`mixed`, the same code path with every device
 //! serving reads and taking writes) and without writes (`read-only`) — the experiments of Flash
 //! on Rails §4.4 (two drives, replication) and eRails §7 (k = m = 3 and 5, a read stream and a
-//! write stream dispatched 0.75 : 0.25), plus the grouped layout of eRails §6.2.
+//! write stream dispatched 0.75 : 0.25), plus the grouped layout of eRails §6.2 and eRails
+//! §6.1's read throughput against k with and without decoding (`erails-decode`).
 //!
 //! Every mode runs on fresh devices built the same way from the same seed: each simulated SSD is
 //! preconditioned with filler (a fill, then a pass of random overwrites, so garbage collection is
 //! in steady state), the data set is loaded through the reliability manager, the array is
 //! wrapped by `rails`, every key is read once (the manager's metadata cache), and the measured
 //! phase starts on a frame boundary. Time is virtual by default: the simulated SSDs' delays run on
-//! a paused tokio clock, so CPU work (erasure coding, copies) costs no simulated time.
+//! a paused tokio clock, so CPU work (erasure coding, copies) costs no simulated time — except in
+//! `erails-decode`, where each read that decodes holds one of `--decode-threads` modelled cores
+//! for the decode's CPU time, measured on this machine with the manager's codec before the run.
 
 use crate::progress::bar;
 use anyhow::{bail, ensure, Context, Result};
@@ -65,6 +68,12 @@ pub enum Preset {
     #[value(name = "groups-12")]
     #[serde(rename = "groups-12")]
     Groups12,
+    /// eRails §6.1: read-only, 2k devices with RS split k+k for each k of `--ks`, 128 KiB reads
+    /// served by the k window devices; reads whose data shards all sit in the window (no
+    /// decoding) against reads that need parity (decoding, its CPU time charged).
+    #[value(name = "erails-decode")]
+    #[serde(rename = "erails-decode")]
+    ErailsDecode,
 }
 
 impl Preset {
@@ -75,6 +84,7 @@ impl Preset {
             Preset::ErailsK3 => "erails-k3",
             Preset::ErailsK5 => "erails-k5",
             Preset::Groups12 => "groups-12",
+            Preset::ErailsDecode => "erails-decode",
         }
     }
 }
@@ -119,24 +129,41 @@ impl Mode {
     }
 }
 
+/// Which reads an `erails-decode` run issues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum DecodeVariant {
+    /// Keys whose k data shards all sit on the window's colours now: no decoding.
+    #[serde(rename = "no-decode")]
+    NoDecode,
+    /// Keys with at least one data shard outside the window: every read decodes.
+    #[serde(rename = "decode")]
+    Decode,
+}
+
+impl DecodeVariant {
+    /// The variant's name as reported.
+    pub fn name(self) -> &'static str {
+        match self {
+            DecodeVariant::NoDecode => "no-decode",
+            DecodeVariant::Decode => "decode",
+        }
+    }
+}
+
 /// Options of `railstore bench mixed`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct MixedBenchArgs {
     /// The experiment.
     #[arg(long, value_enum)]
     pub preset: Preset,
-    /// Modes to run, in order.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "separated,mixed,read-only"
-    )]
-    pub modes: Vec<Mode>,
+    /// Modes to run, in order (default separated,mixed,read-only; erails-decode runs only
+    /// read-only).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub modes: Option<Vec<Mode>>,
     /// Clock of the simulated SSDs.
     #[arg(long, value_enum, default_value = "virtual")]
     pub clock: Clock,
-    /// Simulated seconds measured per mode (default 20; 3 with --quick).
+    /// Simulated seconds measured per mode (default 20, erails-decode 4; 3 and 1 with --quick).
     #[arg(long)]
     pub duration: Option<f64>,
     /// Frame length T in simulated seconds: the read window moves one colour per frame
@@ -172,6 +199,14 @@ pub struct MixedBenchArgs {
     /// Read requests in flight (closed loop); default from the preset.
     #[arg(long)]
     pub read_streams: Option<usize>,
+    /// erails-decode: the values of k (m = k, 2k devices; default 2,3,4,5,6; 2,3 with --quick).
+    #[arg(long, value_delimiter = ',')]
+    pub ks: Option<Vec<usize>>,
+    /// erails-decode in virtual time: cores that decode (each decoding read holds one for the
+    /// measured CPU time of its decode); 0 charges nothing, a control that shows what the two
+    /// variants' key sets alone give.
+    #[arg(long, default_value_t = 1)]
+    pub decode_threads: usize,
     /// Write requests in flight (closed loop); default from the preset.
     #[arg(long)]
     pub write_streams: Option<usize>,
@@ -200,7 +235,8 @@ pub struct MixedBenchArgs {
     /// Trace time is divided by this (2 replays twice as fast).
     #[arg(long, default_value_t = 1.0)]
     pub trace_speed: f64,
-    /// Most trace requests outstanding (arrivals beyond wait, their latency counting).
+    /// Most trace reads outstanding, and separately most writes (arrivals beyond wait, their
+    /// latency counting): writes held back by separation never hold up reads.
     #[arg(long, default_value_t = 256)]
     pub trace_qd: usize,
     /// Write the report as one JSON object to this file.
@@ -225,7 +261,7 @@ impl MixedBenchArgs {
     pub fn new(preset: Preset) -> MixedBenchArgs {
         MixedBenchArgs {
             preset,
-            modes: vec![Mode::Separated, Mode::Mixed, Mode::ReadOnly],
+            modes: None,
             clock: Clock::Virtual,
             duration: None,
             frame: None,
@@ -237,6 +273,8 @@ impl MixedBenchArgs {
             write_set: 0.75,
             request_bytes: None,
             read_streams: None,
+            ks: None,
+            decode_threads: 1,
             write_streams: None,
             read_share: None,
             seed: 1,
@@ -295,6 +333,12 @@ struct Plan {
     seed: u64,
     cold_cache: bool,
     trace: Option<Arc<Trace>>,
+    /// erails-decode: which reads this run issues (None: uniform over the read set).
+    decode_variant: Option<DecodeVariant>,
+    /// erails-decode in virtual time: the decode CPU time each decoding read is charged.
+    decode_cost: Option<Arc<DecodeCalibration>>,
+    /// Modelled decoding cores.
+    decode_threads: usize,
 }
 
 /// Length of one time bucket (simulated), for the series and the IOPS CDF.
@@ -305,15 +349,24 @@ const SAMPLE_S: f64 = 0.1;
 const PIECE_HEADER_BYTES: u64 = 52;
 const UNIT_BYTES: u64 = 4096;
 
-fn plan_of(args: &MixedBenchArgs) -> Result<Plan> {
+/// The plan of `args`; `k` picks erails-decode's array (ignored by the other presets).
+fn plan_of(args: &MixedBenchArgs, k: usize) -> Result<Plan> {
     let q = args.quick;
+    let decode = args.preset == Preset::ErailsDecode;
     let (devices, mech, request, rs, ws, share) = match args.preset {
-        Preset::Rails2 => (2, "rep2", 256 << 10, 2, 2, None),
-        Preset::ErailsK3 => (6, "split3+3", 128 << 10, 4, 4, Some(0.75)),
-        Preset::ErailsK5 => (10, "split5+5", 128 << 10, 4, 4, Some(0.75)),
-        Preset::Groups12 => (12, "split3+3", 128 << 10, 8, 8, Some(0.75)),
+        Preset::Rails2 => (2, "rep2".to_string(), 256 << 10, 2, 2, None),
+        Preset::ErailsK3 => (6, "split3+3".into(), 128 << 10, 4, 4, Some(0.75)),
+        Preset::ErailsK5 => (10, "split5+5".into(), 128 << 10, 4, 4, Some(0.75)),
+        Preset::Groups12 => (12, "split3+3".into(), 128 << 10, 8, 8, Some(0.75)),
+        // Reads only; enough in flight that the readers' channels, not the streams, set the
+        // pace (each read keeps one shard read queued on every reader).
+        Preset::ErailsDecode => (2 * k, format!("split{k}+{k}"), 128 << 10, 64, 0, None),
     };
-    let mechanism = Mechanism::parse(mech).map_err(|e| anyhow::anyhow!("{e}"))?;
+    ensure!(
+        !decode || args.trace.is_none(),
+        "erails-decode measures decoding on synthetic reads; --trace goes with the other presets"
+    );
+    let mechanism = Mechanism::parse(&mech).map_err(|e| anyhow::anyhow!("{e}"))?;
     let colours = mechanism.width();
     let (window, write_factor) = match mechanism {
         Mechanism::Split { k, m, .. } => (k as usize, (k + m) as f64 / k as f64),
@@ -328,7 +381,12 @@ fn plan_of(args: &MixedBenchArgs) -> Result<Plan> {
         Some(s) => bail!("--read-share {s} must lie in [0, 1]"),
         None => None,
     };
-    let duration_s = args.duration.unwrap_or(if q { 3.0 } else { 20.0 });
+    let duration_s = args.duration.unwrap_or(match (decode, q) {
+        (true, true) => 1.0,
+        (true, false) => 4.0,
+        (false, true) => 3.0,
+        (false, false) => 20.0,
+    });
     let frame_s = args.frame.unwrap_or(if q { 0.5 } else { 2.0 });
     ensure!(duration_s > 0.0, "--duration must be positive");
     ensure!(
@@ -382,7 +440,11 @@ fn plan_of(args: &MixedBenchArgs) -> Result<Plan> {
         write_factor,
         request_bytes,
         read_streams: args.read_streams.unwrap_or(rs).max(1),
-        write_streams: args.write_streams.unwrap_or(ws),
+        write_streams: if decode {
+            0
+        } else {
+            args.write_streams.unwrap_or(ws)
+        },
         writes_per_read: read_share.map(|s| (1.0 - s) / s),
         read_share,
         duration_s,
@@ -404,6 +466,9 @@ fn plan_of(args: &MixedBenchArgs) -> Result<Plan> {
         seed: args.seed,
         cold_cache: args.cold_cache,
         trace,
+        decode_variant: None,
+        decode_cost: None,
+        decode_threads: args.decode_threads,
     })
 }
 
@@ -422,7 +487,7 @@ impl Plan {
     /// rest, so no read is answered from a write buffer (the worst case Flash on Rails §4.4
     /// measured; such reads would also take no simulated time).
     fn read_objects(&self) -> u64 {
-        if self.trace.is_some() {
+        if self.trace.is_some() || self.preset == Preset::ErailsDecode {
             self.objects
         } else {
             ((self.objects as f64 * (1.0 - self.write_set)) as u64).clamp(1, self.objects - 1)
@@ -548,7 +613,8 @@ impl Plan {
                     s,
                     "workload: trace {} ({} requests, {:.1} % reads, {:.1} s at speed x{}), \
                      offsets mapped to {} keys of {} ({} distinct blocks{}), open loop, at \
-                     most {} outstanding",
+                     most {} reads and as many writes outstanding; a write \
+                     stores its blocks whole, a read reads its byte range",
                     t.path.display(),
                     t.ops.len(),
                     t.read_pct(),
@@ -563,6 +629,21 @@ impl Plan {
                         ""
                     },
                     t.qd
+                );
+            }
+            None if self.preset == Preset::ErailsDecode => {
+                let _ = writeln!(
+                    s,
+                    "workload: {} objects of {} (data set {}), read-only, {} read request(s) in \
+                     flight (closed loop); the k devices in the window serve every read. \
+                     no-decode reads keys whose k data shards all lie on the window's colours \
+                     (their rotation equals the window's start, 1 key in {}); decode reads the \
+                     others, so every read rebuilds at least one data shard from parity",
+                    self.objects,
+                    human_bytes(self.request_bytes as u64),
+                    human_bytes(self.objects * self.request_bytes as u64),
+                    self.read_streams,
+                    self.colours,
                 );
             }
             None => {
@@ -602,7 +683,10 @@ impl Plan {
             human_bytes(self.buffer_bytes)
         );
         let write_set = (self.objects - self.read_objects()) as usize;
-        if self.trace.is_none() && write_set < 2 * (self.buffer_writes() + self.write_streams) {
+        if self.trace.is_none()
+            && self.write_streams > 0
+            && write_set < 2 * (self.buffer_writes() + self.write_streams)
+        {
             let _ = writeln!(
                 s,
                 "note: the write set ({write_set} objects) is less than twice what one device's \
@@ -614,13 +698,25 @@ impl Plan {
         let _ = write!(
             s,
             "clock: {}",
-            match self.clock {
-                Clock::Virtual =>
-                    "virtual (paused tokio clock; CPU time of coding and copies \
-                                   costs no simulated time)",
-                Clock::Real =>
-                    "real (CPU time counts; simulated delays under 1 ms round up to \
-                                tokio's 1 ms timer tick)",
+            match (self.clock, self.preset) {
+                (Clock::Virtual, Preset::ErailsDecode) if self.decode_threads == 0 => {
+                    "virtual (paused tokio clock); --decode-threads 0: decoding, like all CPU \
+                     work, costs no simulated time (a control)"
+                        .into()
+                }
+                (Clock::Virtual, Preset::ErailsDecode) => format!(
+                    "virtual (paused tokio clock); a read that decodes then holds one of {} \
+                     modelled decoding core(s) for the CPU time its decode took on this machine \
+                     (measured before the run, thread CPU time, the manager's codec); other CPU \
+                     work costs no simulated time",
+                    self.decode_threads
+                ),
+                (Clock::Virtual, _) => "virtual (paused tokio clock; CPU time of coding and \
+                                        copies costs no simulated time)"
+                    .into(),
+                (Clock::Real, _) => "real (CPU time counts, decoding included; simulated \
+                                     delays under 1 ms round up to tokio's 1 ms timer tick)"
+                    .into(),
             }
         );
         s
@@ -820,6 +916,19 @@ struct Ctx {
     gate: Notify,
     tally: Mutex<Tally>,
     writes: Mutex<WriteOrder>,
+    rails: Arc<Rails>,
+    /// One device of each colour (index = colour).
+    colour_device: Vec<usize>,
+    /// erails-decode: the read set's keys by rotation (shard 0's colour).
+    by_rotation: Vec<Vec<u64>>,
+    /// erails-decode: the modelled decoding cores.
+    decoders: Semaphore,
+    /// erails-decode: reads whose shards in the window leave out a data shard (so the manager
+    /// must decode), and the simulated ns of decoding charged for them.
+    decoding_reads: AtomicU64,
+    charged_ns: AtomicU64,
+    /// Trace replay: reads and writes arrived but not completed.
+    trace_pending: [AtomicU64; 2],
 }
 
 /// The order of overwrites: passes over the write set, each a fresh shuffle (so the SSDs see
@@ -901,6 +1010,62 @@ impl Ctx {
     fn done(&self) -> bool {
         self.stop.load(Ordering::Relaxed) || Instant::now() >= self.deadline
     }
+
+    /// The first colour of the read window now (the window is a run of colours, mod n).
+    fn window_start(&self) -> usize {
+        let n = self.plan.colours;
+        let reading: Vec<bool> = self
+            .colour_device
+            .iter()
+            .map(|&d| self.rails.role(d) == Role::Reader)
+            .collect();
+        (0..n)
+            .find(|&c| reading[c] && !reading[(c + n - 1) % n])
+            .unwrap_or(0)
+    }
+
+    /// The next key to read, and for erails-decode the first shard index of the run of
+    /// shards the window holds for it (0: the k data shards, no decoding).
+    fn pick_read(&self, rng: &mut ChaCha8Rng) -> (u64, Option<usize>) {
+        let Some(variant) = self.plan.decode_variant else {
+            return (rng.gen_range(0..self.plan.read_objects()), None);
+        };
+        let n = self.plan.colours;
+        let w = self.window_start();
+        let rotation = match variant {
+            DecodeVariant::NoDecode => w,
+            DecodeVariant::Decode => (w + rng.gen_range(1..n)) % n,
+        };
+        let keys = &self.by_rotation[rotation];
+        // Both variants read about objects / n distinct keys at a time, spread over the whole
+        // load order: a smaller hot set loads an SSD's dies less evenly, and keys loaded
+        // together lie together on flash (the first keys of each rotation read 4-5 %
+        // faster at k = 6), either of which would tilt the comparison.
+        let i = match variant {
+            DecodeVariant::NoDecode => rng.gen_range(0..keys.len()),
+            DecodeVariant::Decode => {
+                let hot = keys.len().div_ceil(n - 1);
+                (rng.gen_range(0..hot) * (n - 1)).min(keys.len() - 1)
+            }
+        };
+        // Shard i lives on colour (i + rotation) mod n, so the window's first colour w holds
+        // shard (w - rotation) mod n and the next k - 1 colours the shards after it.
+        (keys[i], Some((w + n - rotation) % n))
+    }
+
+    /// Holds a modelled decoding core for the decode's CPU time (erails-decode, virtual time).
+    async fn charge_decode(&self, first_shard: usize) {
+        let Some(cost) = &self.plan.decode_cost else {
+            return;
+        };
+        let ns = cost.decode_ns(first_shard);
+        if ns == 0 {
+            return;
+        }
+        let _core = self.decoders.acquire().await.expect("decoders never close");
+        tokio::time::sleep(self.plan.dur(ns as f64 / 1e9)).await;
+        self.charged_ns.fetch_add(ns, Ordering::Relaxed);
+    }
 }
 
 fn object_key(i: u64) -> Vec<u8> {
@@ -910,7 +1075,8 @@ fn object_key(i: u64) -> Vec<u8> {
 async fn read_stream(ctx: Arc<Ctx>, s: usize) -> Result<()> {
     let mut rng = ChaCha8Rng::seed_from_u64(ctx.plan.seed.wrapping_mul(7919) ^ (s as u64) << 20);
     while !ctx.done() {
-        let key = object_key(rng.gen_range(0..ctx.plan.read_objects()));
+        let (i, first_shard) = ctx.pick_read(&mut rng);
+        let key = object_key(i);
         ctx.reads_dispatched.fetch_add(1, Ordering::Relaxed);
         ctx.gate.notify_waiters();
         let t0 = Instant::now();
@@ -926,6 +1092,10 @@ async fn read_stream(ctx: Arc<Ctx>, s: usize) -> Result<()> {
             String::from_utf8_lossy(&key),
             ctx.plan.request_bytes
         );
+        if let Some(first) = first_shard.filter(|&f| f != 0) {
+            ctx.decoding_reads.fetch_add(1, Ordering::Relaxed);
+            ctx.charge_decode(first).await;
+        }
         ctx.record(false, t0, v.len() as u64);
         if Instant::now() == t0 {
             // Served without touching a device (write buffers hold every piece): costs no
@@ -1062,6 +1232,30 @@ pub struct RunReport {
     pub wall_s: f64,
     /// Process CPU seconds of the measured phase (coding, copies, the simulation itself).
     pub cpu_s: f64,
+    /// erails-decode: readers (k; m = k).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub k: Option<usize>,
+    /// erails-decode: `no-decode` or `decode`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub variant: Option<DecodeVariant>,
+    /// erails-decode: reads whose window shards leave out a data shard, as the bench predicts
+    /// them from the placement and the window (the manager's `decodes` count the real ones).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decoding_reads: Option<u64>,
+    /// erails-decode: simulated ms of decoding charged (0 in real time, where it costs itself).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode_charged_ms: Option<f64>,
+    /// erails-decode: charged decoding time over what the modelled cores offer in the
+    /// measured time, percent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode_busy_pct: Option<f64>,
+    /// Trace replay: reads that arrived in the measured time but had not completed 50
+    /// simulated ms after it (abandoned; their latency is in no percentile).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_reads_abandoned: Option<u64>,
+    /// Trace replay: writes abandoned likewise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_writes_abandoned: Option<u64>,
     #[serde(skip)]
     buckets: Vec<Bucket>,
     #[serde(skip)]
@@ -1117,7 +1311,17 @@ pub struct MixedReport {
     pub write_bound_mbps: f64,
     /// What the write buffers allow: N x buffer / (q x window x T).
     pub buffer_bound_mbps: f64,
-    /// One entry per mode.
+    /// erails-decode: modelled decoding cores (virtual time).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode_threads: Option<usize>,
+    /// erails-decode: how decoding time reaches the clock, in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode_charge: Option<String>,
+    /// erails-decode: the decode CPU time measured for each k before its runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode_calibration: Option<Vec<DecodeCalibration>>,
+    /// One entry per mode (erails-decode: per k and variant, all `read-only`; the top-level
+    /// array fields then describe the largest k).
     pub runs: Vec<RunReport>,
     /// What ran, on what, in words.
     #[serde(skip)]
@@ -1290,6 +1494,23 @@ async fn run_mode(plan: &Plan, mode: Mode, quiet: bool) -> Result<RunReport> {
         .await?;
         p.finish_and_clear();
     }
+    // erails-decode picks keys by where their data shards lie.
+    let mut by_rotation = Vec::new();
+    if plan.decode_variant.is_some() {
+        by_rotation = vec![Vec::new(); plan.colours];
+        for i in 0..plan.read_objects() {
+            by_rotation[manager.layout().place(&object_key(i)).rotation()].push(i);
+        }
+        ensure!(
+            by_rotation.iter().all(|keys| !keys.is_empty()),
+            "some rotation holds no key of the {} objects: raise --device-mib",
+            plan.read_objects()
+        );
+    }
+    let mut colour_device = vec![0; plan.colours];
+    for (d, &c) in colour_of.iter().enumerate().rev() {
+        colour_device[c] = d;
+    }
     // 5. Start on a frame boundary.
     let frame_ns = plan.dur(plan.frame_s).as_nanos() as u64;
     let into = rails.now_ns() % frame_ns;
@@ -1321,6 +1542,13 @@ async fn run_mode(plan: &Plan, mode: Mode, quiet: bool) -> Result<RunReport> {
             plan.buffer_writes() + plan.write_streams,
             plan.seed,
         )),
+        rails: rails.clone(),
+        colour_device,
+        by_rotation,
+        decoders: Semaphore::new(plan.decode_threads.max(1)),
+        decoding_reads: AtomicU64::new(0),
+        charged_ns: AtomicU64::new(0),
+        trace_pending: Default::default(),
     });
     let progress = bar(
         quiet,
@@ -1398,6 +1626,7 @@ async fn run_mode(plan: &Plan, mode: Mode, quiet: bool) -> Result<RunReport> {
     let rails1 = rails_totals(&rails, plan.devices);
     let probe1 = probe_totals(&probes);
     let decodes = manager.devices().counters.decodes.load(Ordering::Relaxed) - decodes0;
+    let charged_ns = ctx.charged_ns.load(Ordering::Relaxed);
     let tally = std::mem::replace(&mut *ctx.tally.lock().expect("tally lock"), Tally::new(0));
     let reads: u64 = tally.buckets.iter().map(|b| b.reads).sum();
     let writes: u64 = tally.buckets.iter().map(|b| b.writes).sum();
@@ -1454,6 +1683,23 @@ async fn run_mode(plan: &Plan, mode: Mode, quiet: bool) -> Result<RunReport> {
         },
         wall_s,
         cpu_s,
+        k: plan.decode_variant.map(|_| plan.window),
+        variant: plan.decode_variant,
+        decoding_reads: plan
+            .decode_variant
+            .map(|_| ctx.decoding_reads.load(Ordering::Relaxed)),
+        decode_charged_ms: plan.decode_variant.map(|_| charged_ns as f64 / 1e6),
+        decode_busy_pct: plan.decode_variant.map(|_| {
+            charged_ns as f64 / (plan.duration_s * 1e9 * plan.decode_threads.max(1) as f64) * 100.0
+        }),
+        trace_reads_abandoned: plan
+            .trace
+            .as_ref()
+            .map(|_| ctx.trace_pending[0].load(Ordering::Relaxed)),
+        trace_writes_abandoned: plan
+            .trace
+            .as_ref()
+            .map(|_| ctx.trace_pending[1].load(Ordering::Relaxed)),
         buckets: tally.buckets,
         samples,
     })
@@ -1504,10 +1750,229 @@ async fn measure_w(plan: &Plan) -> Result<f64> {
     Ok(written.load(Ordering::Relaxed) as f64 / plan.w_measure_s)
 }
 
+/// The CPU cost of the decodes one k's reads need, measured on this machine.
+#[derive(Debug, Clone, Serialize)]
+pub struct DecodeCalibration {
+    /// Data shards (readers).
+    pub k: usize,
+    /// Parity shards.
+    pub m: usize,
+    /// Bytes of one shard (the object over k).
+    pub shard_bytes: usize,
+    /// The decoding engine.
+    pub engine: String,
+    /// CPU µs of one decode by the first shard index s of the k consecutive shards the window
+    /// holds (0: the data shards, nothing to decode; s in 1..=k misses s data shards, s > k
+    /// misses n - s).
+    pub decode_us_by_first_shard: Vec<f64>,
+    /// Object MB (10^6 B) decoded per CPU second by one thread, averaged over the decoding
+    /// values of s (each equally likely in the `decode` variant).
+    pub decode_mbps_one_thread: f64,
+}
+
+impl DecodeCalibration {
+    /// Simulated ns of the decode for reads whose window run starts at shard `first`.
+    fn decode_ns(&self, first: usize) -> u64 {
+        self.decode_us_by_first_shard
+            .get(first)
+            .map_or(0, |us| (us * 1000.0).round() as u64)
+    }
+}
+
+/// Times the decodes of `plan`'s mechanism for every window position, as the manager does them
+/// (`Codec::new` on the same code, zeroed buffers for the missing shards, `reconstruct_data`):
+/// the median of several batches in thread CPU time, so other processes on the machine do not
+/// inflate it.
+fn calibrate_decode(plan: &Plan) -> Result<DecodeCalibration> {
+    use railstore_ec::{Code, Codec};
+    let Mechanism::Split { code, k, m } = plan.mechanism else {
+        bail!("{}: only split objects decode", plan.mechanism);
+    };
+    let (k, m) = (k as usize, m as usize);
+    let n = k + m;
+    let codec = Codec::new(Code::new(code, k, m)?)?;
+    let shard = plan.request_bytes.div_ceil(k);
+    let mut rng = ChaCha8Rng::seed_from_u64(plan.seed ^ 0xDEC0DE);
+    let mut shards: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; shard]).collect();
+    for s in &mut shards[..k] {
+        rng.fill(&mut s[..]);
+    }
+    {
+        let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|s| s.as_mut_slice()).collect();
+        codec.encode_shards(&mut refs)?;
+    }
+    const BATCH: usize = 32;
+    const BATCHES: usize = 11;
+    let mut us = vec![0.0; n];
+    for (first, cost) in us.iter_mut().enumerate().skip(1) {
+        let present: Vec<bool> = (0..n).map(|i| (i + n - first) % n < k).collect();
+        let decode_once = |shards: &mut Vec<Vec<u8>>| -> Result<()> {
+            let mut bufs: Vec<Vec<u8>> = shards
+                .iter_mut()
+                .zip(&present)
+                .map(|(s, &p)| if p { std::mem::take(s) } else { vec![0; shard] })
+                .collect();
+            let mut refs: Vec<&mut [u8]> = bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
+            codec.reconstruct_data(&mut refs, &present)?;
+            std::hint::black_box(&bufs);
+            for (s, (b, &p)) in shards.iter_mut().zip(bufs.into_iter().zip(&present)) {
+                if p {
+                    *s = b;
+                }
+            }
+            Ok(())
+        };
+        // Once untimed: builds the decode matrix (the manager's codec caches it too).
+        decode_once(&mut shards)?;
+        let mut batches = Vec::with_capacity(BATCHES);
+        for _ in 0..BATCHES {
+            let t0 = crate::meter::thread_cpu_seconds();
+            for _ in 0..BATCH {
+                decode_once(&mut shards)?;
+            }
+            batches.push((crate::meter::thread_cpu_seconds() - t0) / BATCH as f64);
+        }
+        batches.sort_by(f64::total_cmp);
+        *cost = batches[BATCHES / 2] * 1e6;
+    }
+    let mean_us = us[1..].iter().sum::<f64>() / (n - 1) as f64;
+    Ok(DecodeCalibration {
+        k,
+        m,
+        shard_bytes: shard,
+        engine: codec.engine().name().to_string(),
+        decode_mbps_one_thread: if mean_us > 0.0 {
+            plan.request_bytes as f64 / mean_us
+        } else {
+            0.0
+        },
+        decode_us_by_first_shard: us,
+    })
+}
+
+/// erails-decode: for each k, both variants read-only on fresh devices.
+fn measure_decode(args: &MixedBenchArgs) -> Result<MixedReport> {
+    if let Some(modes) = &args.modes {
+        ensure!(
+            modes == &[Mode::ReadOnly],
+            "erails-decode runs read-only (eRails §6.1 has no writes): drop --modes or give \
+             --modes read-only"
+        );
+    }
+    let mut ks = args.ks.clone().unwrap_or(if args.quick {
+        vec![2, 3]
+    } else {
+        vec![2, 3, 4, 5, 6]
+    });
+    ks.sort_unstable();
+    ks.dedup();
+    ensure!(
+        !ks.is_empty() && ks[0] >= 1 && 2 * ks[ks.len() - 1] <= railstore_ec::SHARDS_MAX,
+        "--ks must name values of k from 1 to {}",
+        railstore_ec::SHARDS_MAX / 2
+    );
+    let mut runs = Vec::new();
+    let mut calibrations = Vec::new();
+    let mut last = None;
+    for (i, &k) in ks.iter().enumerate() {
+        let mut plan = plan_of(args, k)?;
+        let cal = calibrate_decode(&plan)?;
+        if !args.quiet {
+            if i == 0 {
+                println!("{}", plan.describe());
+            }
+            println!(
+                "k = {k}: {} devices, split{k}+{k}, {} objects; decode CPU µs by first window \
+                 shard {:?} ({} engine, one thread: {:.0} MB/s of objects)",
+                plan.devices,
+                plan.objects,
+                cal.decode_us_by_first_shard
+                    .iter()
+                    .map(|u| (u * 10.0).round() / 10.0)
+                    .collect::<Vec<_>>(),
+                cal.engine,
+                cal.decode_mbps_one_thread
+            );
+            println!("{}", decode_table_header());
+        }
+        if plan.clock == Clock::Virtual && plan.decode_threads > 0 {
+            plan.decode_cost = Some(Arc::new(cal.clone()));
+        }
+        calibrations.push(cal);
+        for variant in [DecodeVariant::NoDecode, DecodeVariant::Decode] {
+            plan.decode_variant = Some(variant);
+            let rt = plan.runtime()?;
+            let r = rt
+                .block_on(run_mode(&plan, Mode::ReadOnly, args.quiet))
+                .with_context(|| format!("erails-decode k = {k} {}", variant.name()))?;
+            drop(rt);
+            if !args.quiet {
+                println!("{}", decode_table_line(&r));
+            }
+            runs.push(r);
+        }
+        plan.decode_variant = None;
+        last = Some(plan);
+    }
+    let plan = last.expect("at least one k");
+    let w = plan.runtime()?.block_on(measure_w(&plan))?;
+    let (k, m) = plan.readers_writers();
+    Ok(MixedReport {
+        preset: plan.preset,
+        mechanism: plan.mechanism.to_string(),
+        devices: plan.devices,
+        colours: plan.colours,
+        readers: k,
+        writers: m,
+        request_bytes: plan.request_bytes,
+        objects: plan.objects,
+        read_streams: plan.read_streams,
+        write_streams: plan.write_streams,
+        read_share: None,
+        trace: None,
+        clock: plan.clock,
+        cpu_time_charged: plan.clock == Clock::Real,
+        duration_s: plan.duration_s,
+        frame_s: plan.frame_s,
+        guard_ms: plan.guard_s * 1000.0,
+        device_bytes: plan.device_bytes,
+        buffer_bytes: plan.buffer_bytes,
+        seed: plan.seed,
+        w_mbps: w / 1e6,
+        write_bound_mbps: plan.write_bound_bps(w) / 1e6,
+        buffer_bound_mbps: plan.buffer_bound_bps() / 1e6,
+        decode_threads: Some(plan.decode_threads),
+        decode_charge: Some(match plan.clock {
+            Clock::Virtual if plan.decode_threads == 0 => {
+                "none (--decode-threads 0): decoding costs no simulated time".into()
+            }
+            Clock::Virtual => format!(
+                "virtual time: each decoding read holds one of {} modelled core(s) for its \
+                 decode's measured CPU time (decode_calibration)",
+                plan.decode_threads
+            ),
+            Clock::Real => "real time: decoding costs its own CPU time".into(),
+        }),
+        decode_calibration: Some(calibrations),
+        runs,
+        description: format!(
+            "values of k: {ks:?} (m = k, 2k devices each; the lines below are for k = {k})\n{}",
+            plan.describe()
+        ),
+    })
+}
+
 /// Runs the benchmark and returns its report, printing one line per mode unless quiet.
 pub fn measure_mixed(args: &MixedBenchArgs) -> Result<MixedReport> {
-    let plan = plan_of(args)?;
-    ensure!(!args.modes.is_empty(), "--modes names nothing to run");
+    if args.preset == Preset::ErailsDecode {
+        return measure_decode(args);
+    }
+    let plan = plan_of(args, 0)?;
+    let modes = args
+        .modes
+        .clone()
+        .unwrap_or_else(|| vec![Mode::Separated, Mode::Mixed, Mode::ReadOnly]);
+    ensure!(!modes.is_empty(), "--modes names nothing to run");
     if !args.quiet {
         println!("{}", plan.describe());
     }
@@ -1531,7 +1996,7 @@ pub fn measure_mixed(args: &MixedBenchArgs) -> Result<MixedReport> {
         println!("{}", table_header());
     }
     let mut runs = Vec::new();
-    for &mode in &args.modes {
+    for &mode in &modes {
         let rt = plan.runtime()?;
         let mut r = rt
             .block_on(run_mode(&plan, mode, args.quiet))
@@ -1571,6 +2036,9 @@ pub fn measure_mixed(args: &MixedBenchArgs) -> Result<MixedReport> {
         w_mbps: w / 1e6,
         write_bound_mbps: bound / 1e6,
         buffer_bound_mbps: plan.buffer_bound_bps() / 1e6,
+        decode_threads: None,
+        decode_charge: None,
+        decode_calibration: None,
         runs,
         description: plan.describe(),
     })
@@ -1595,8 +2063,9 @@ struct TraceOp {
     /// Arrival, simulated ns from the trace's start (already divided by the speed).
     at_ns: u64,
     write: bool,
-    /// First key (dense block id, before folding) and the byte range within the blocks.
-    block: u64,
+    /// Where its blocks' dense ids (before folding onto the keys) start in
+    /// `Trace::block_ids`; the byte range starts `offset` into the first block.
+    ids: usize,
     offset: u64,
     len: u64,
 }
@@ -1605,6 +2074,8 @@ struct TraceOp {
 struct Trace {
     path: PathBuf,
     ops: Vec<TraceOp>,
+    /// The dense ids of every request's blocks, request after request.
+    block_ids: Vec<u64>,
     block_bytes: usize,
     distinct_blocks: u64,
     speed: f64,
@@ -1706,23 +2177,22 @@ impl Trace {
         let bb = block_bytes as u64;
         let mut ids: std::collections::HashMap<(u64, u64), u64> = Default::default();
         let mut ops = Vec::with_capacity(raw.len());
+        let mut block_ids = Vec::with_capacity(raw.len());
         for (t, dev, off, len, write) in raw {
             let len = len.max(1);
             let first = off / bb;
             let last = (off + len - 1) / bb;
-            // Dense ids by first touch; a request's blocks get consecutive ids when new.
-            let mut block = 0;
-            for (j, b) in (first..=last).enumerate() {
+            // Dense ids by first touch. Each block keeps its own: a request that spans a block
+            // seen before and a new one has ids that need not be consecutive.
+            let at = block_ids.len();
+            for b in first..=last {
                 let next = ids.len() as u64;
-                let id = *ids.entry((dev, b)).or_insert(next);
-                if j == 0 {
-                    block = id;
-                }
+                block_ids.push(*ids.entry((dev, b)).or_insert(next));
             }
             ops.push(TraceOp {
                 at_ns: ((t - t0) / speed) as u64,
                 write,
-                block,
+                ids: at,
                 offset: off % bb,
                 len,
             });
@@ -1731,10 +2201,17 @@ impl Trace {
             path: path.to_path_buf(),
             distinct_blocks: ids.len() as u64,
             ops,
+            block_ids,
             block_bytes,
             speed,
             qd,
         })
+    }
+
+    /// The dense ids of `op`'s blocks, in offset order.
+    fn blocks(&self, op: &TraceOp) -> &[u64] {
+        let n = (op.offset + op.len).div_ceil(self.block_bytes as u64) as usize;
+        &self.block_ids[op.ids..op.ids + n]
     }
 
     fn read_pct(&self) -> f64 {
@@ -1749,7 +2226,13 @@ impl Trace {
 /// Replays the trace open loop (looping it until the deadline); a request's latency counts
 /// from its arrival and covers every block it touches.
 async fn replay(ctx: Arc<Ctx>, trace: Arc<Trace>, writes: bool) -> Result<()> {
-    let slots = Arc::new(Semaphore::new(trace.qd.max(1)));
+    // Reads and writes queue apart: with one shared limit, writes that separation throttles
+    // (paced or waiting for buffer room) fill every slot and the reads' latency would measure
+    // the write throttle, not the devices.
+    let slots = [
+        Arc::new(Semaphore::new(trace.qd.max(1))),
+        Arc::new(Semaphore::new(trace.qd.max(1))),
+    ];
     let span = trace.ops.last().map_or(0, |o| o.at_ns) + 1_000_000;
     let bb = trace.block_bytes as u64;
     let objects = ctx.plan.objects;
@@ -1767,12 +2250,19 @@ async fn replay(ctx: Arc<Ctx>, trace: Arc<Trace>, writes: bool) -> Result<()> {
                 break 'outer;
             }
             tokio::time::sleep_until(at).await;
-            let (ctx2, slots, op, value) = (ctx.clone(), slots.clone(), *op, value.clone());
+            let (ctx2, slots, op, value) = (
+                ctx.clone(),
+                slots[op.write as usize].clone(),
+                *op,
+                value.clone(),
+            );
+            let trace = trace.clone();
+            ctx.trace_pending[op.write as usize].fetch_add(1, Ordering::Relaxed);
             tasks.spawn(async move {
                 let _slot = slots.acquire_owned().await.expect("semaphore open");
-                let blocks = (op.offset + op.len).div_ceil(bb);
-                let parts = (0..blocks).map(|j| {
-                    let key = object_key((op.block + j) % objects);
+                let parts = trace.blocks(&op).iter().enumerate().map(|(j, &id)| {
+                    let j = j as u64;
+                    let key = object_key(id % objects);
                     let lo = if j == 0 { op.offset } else { 0 };
                     let hi = ((op.offset + op.len) - j * bb).min(bb);
                     let (m, value) = (ctx2.manager.clone(), value.clone());
@@ -1796,6 +2286,7 @@ async fn replay(ctx: Arc<Ctx>, trace: Arc<Trace>, writes: bool) -> Result<()> {
                     r?;
                 }
                 ctx2.record(op.write, at, op.len);
+                ctx2.trace_pending[op.write as usize].fetch_sub(1, Ordering::Relaxed);
                 Ok::<(), anyhow::Error>(())
             });
             while let Some(r) = tasks.try_join_next() {
@@ -1806,7 +2297,8 @@ async fn replay(ctx: Arc<Ctx>, trace: Arc<Trace>, writes: bool) -> Result<()> {
             break;
         }
     }
-    // Requests still waiting past the deadline are abandoned with the writes.
+    // Requests still waiting past the deadline are abandoned with the writes; the report
+    // counts them (`trace_pending`), as their latency never reaches the percentiles.
     let grace = Instant::now() + ctx.plan.dur(0.05);
     while !tasks.is_empty() {
         tokio::select! {
@@ -1869,6 +2361,76 @@ fn table_line(r: &RunReport) -> String {
     )
 }
 
+fn decode_table_header() -> String {
+    format!(
+        "{:<3} {:<10} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7}",
+        "k",
+        "variant",
+        "p50 µs",
+        "p99 µs",
+        "p99.9 µs",
+        "read MB/s",
+        "decodes",
+        "predicted",
+        "charge ms",
+        "busy %",
+        "wall s"
+    )
+}
+
+fn decode_table_line(r: &RunReport) -> String {
+    format!(
+        "{:<3} {:<10} {:>8.1} {:>9.1} {:>9.1} {:>9.1} {:>9} {:>9} {:>9.1} {:>8.1} {:>7.1}",
+        r.k.unwrap_or(0),
+        r.variant.map_or("-", DecodeVariant::name),
+        r.read_p50_us,
+        r.read_p99_us,
+        r.read_p999_us,
+        r.read_mbps,
+        r.decodes,
+        r.decoding_reads.unwrap_or(0),
+        r.decode_charged_ms.unwrap_or(0.0),
+        r.decode_busy_pct.unwrap_or(0.0),
+        r.wall_s
+    )
+}
+
+impl RunReport {
+    /// The run's name in the CSV series and plots: the mode, or `k3-decode` in erails-decode.
+    pub fn label(&self) -> String {
+        match (self.k, self.variant) {
+            (Some(k), Some(v)) => format!("k{k}-{}", v.name()),
+            _ => self.mode.name().to_string(),
+        }
+    }
+}
+
+/// erails-decode: one line per k and variant.
+pub fn decode_csv(report: &MixedReport) -> String {
+    let mut s = String::from(
+        "k,variant,read_mbps,read_p50_us,read_p99_us,read_p999_us,reads,decodes,\
+         decoding_reads,decode_charged_ms,decode_busy_pct\n",
+    );
+    for r in &report.runs {
+        let _ = writeln!(
+            s,
+            "{},{},{:.1},{:.1},{:.1},{:.1},{},{},{},{:.1},{:.1}",
+            r.k.unwrap_or(0),
+            r.variant.map_or("-", DecodeVariant::name),
+            r.read_mbps,
+            r.read_p50_us,
+            r.read_p99_us,
+            r.read_p999_us,
+            r.reads,
+            r.decodes,
+            r.decoding_reads.unwrap_or(0),
+            r.decode_charged_ms.unwrap_or(0.0),
+            r.decode_busy_pct.unwrap_or(0.0)
+        );
+    }
+    s
+}
+
 /// Per-second read and write MB/s and read IOPS of every mode.
 pub fn series_csv(report: &MixedReport) -> String {
     let mut s = String::from("mode,second,read_mbps,write_mbps,read_iops,write_iops\n");
@@ -1880,7 +2442,7 @@ pub fn series_csv(report: &MixedReport) -> String {
             let _ = writeln!(
                 s,
                 "{},{},{:.3},{:.3},{:.1},{:.1}",
-                r.mode.name(),
+                r.label(),
                 i,
                 sum(|b| b.read_bytes) / 1e6,
                 sum(|b| b.write_bytes) / 1e6,
@@ -1901,7 +2463,7 @@ pub fn buffer_csv(report: &MixedReport) -> String {
                 let _ = writeln!(
                     s,
                     "{},{:.3},{d},{},{bytes}",
-                    r.mode.name(),
+                    r.label(),
                     smp.t_s,
                     match role {
                         Role::Reader => "reader",
@@ -1935,13 +2497,65 @@ pub fn iops_cdf_csv(report: &MixedReport) -> String {
     let mut s = String::from("mode,read_iops,fraction\n");
     for r in &report.runs {
         for (x, f) in iops_cdf(r) {
-            let _ = writeln!(s, "{},{x:.1},{f:.4}", r.mode.name());
+            let _ = writeln!(s, "{},{x:.1},{f:.4}", r.label());
         }
     }
     s
 }
 
+/// erails-decode: read MB/s against k, both variants, and what the modelled cores can decode.
+fn decode_plot(report: &MixedReport, dir: &Path) -> Result<Vec<PathBuf>> {
+    let line = |v: DecodeVariant| -> Vec<(f64, f64)> {
+        report
+            .runs
+            .iter()
+            .filter(|r| r.variant == Some(v))
+            .map(|r| (r.k.unwrap_or(0) as f64, r.read_mbps))
+            .collect()
+    };
+    let threads = report.decode_threads.unwrap_or(1);
+    let mut series = vec![
+        Series {
+            name: "no decoding (data shards in the window)".into(),
+            points: line(DecodeVariant::NoDecode),
+        },
+        Series {
+            name: if threads == 0 {
+                "decoding (not charged)".into()
+            } else {
+                format!("decoding ({threads} decode thread(s))")
+            },
+            points: line(DecodeVariant::Decode),
+        },
+    ];
+    if report.clock == Clock::Virtual && threads > 0 {
+        series.push(Series {
+            name: format!("decode capacity of {threads} thread(s)"),
+            points: report
+                .decode_calibration
+                .iter()
+                .flatten()
+                .map(|c| (c.k as f64, c.decode_mbps_one_thread * threads as f64))
+                .collect(),
+        });
+    }
+    Chart {
+        title: &format!(
+            "erails-decode: read throughput against k (k = m, {} reads)",
+            human_bytes(report.request_bytes as u64)
+        ),
+        x_label: "k (readers; 2k devices)",
+        y_label: "read MB/s",
+        x_axis: XAxis::Linear,
+        series,
+    }
+    .write(dir, "read_vs_k")
+}
+
 fn plots(report: &MixedReport, dir: &Path) -> Result<Vec<PathBuf>> {
+    if report.preset == Preset::ErailsDecode {
+        return decode_plot(report, dir);
+    }
     let mut files = Vec::new();
     let per_s = (1.0 / BUCKET_S).round() as usize;
     let per_second = |r: &RunReport, f: fn(&Bucket) -> u64| -> Vec<(f64, f64)> {
@@ -1963,12 +2577,12 @@ fn plots(report: &MixedReport, dir: &Path) -> Result<Vec<PathBuf>> {
     let mut series = Vec::new();
     for r in &report.runs {
         series.push(Series {
-            name: format!("{} reads", r.mode.name()),
+            name: format!("{} reads", r.label()),
             points: per_second(r, |b| b.read_bytes),
         });
         if r.writes > 0 {
             series.push(Series {
-                name: format!("{} writes", r.mode.name()),
+                name: format!("{} writes", r.label()),
                 points: per_second(r, |b| b.write_bytes),
             });
         }
@@ -2018,7 +2632,7 @@ fn plots(report: &MixedReport, dir: &Path) -> Result<Vec<PathBuf>> {
         .runs
         .iter()
         .map(|r| Series {
-            name: r.mode.name().to_string(),
+            name: r.label(),
             points: iops_cdf(r),
         })
         .collect();
@@ -2035,8 +2649,92 @@ fn plots(report: &MixedReport, dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// erails-decode's Markdown summary: read MB/s per k and variant, and the decode costs.
+fn decode_summary(report: &MixedReport) -> String {
+    let mut s = String::new();
+    let cmd: Vec<String> = std::env::args().collect();
+    let _ = writeln!(s, "## mixed bench: erails-decode\n");
+    let _ = writeln!(s, "- command: `{}`", cmd.join(" "));
+    for line in report.description.lines() {
+        let _ = writeln!(s, "- {line}");
+    }
+    if let Some(c) = &report.decode_charge {
+        let _ = writeln!(s, "- decoding: {c}");
+    }
+    let _ = writeln!(
+        s,
+        "\n| k | devices | variant | read MB/s | vs no-decode | read p50 µs | p99 µs | p99.9 µs \
+         | reads | decodes | decoding reads | decode charged ms | decode busy % | wall s |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for r in &report.runs {
+        let base = report
+            .runs
+            .iter()
+            .find(|b| b.k == r.k && b.variant == Some(DecodeVariant::NoDecode))
+            .map_or(0.0, |b| b.read_mbps);
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {:.1} | {} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {:.1} | {:.1} \
+             | {:.1} |",
+            r.k.unwrap_or(0),
+            2 * r.k.unwrap_or(0),
+            r.variant.map_or("-", DecodeVariant::name),
+            r.read_mbps,
+            if base > 0.0 {
+                format!("{:.1} %", r.read_mbps / base * 100.0)
+            } else {
+                "-".into()
+            },
+            r.read_p50_us,
+            r.read_p99_us,
+            r.read_p999_us,
+            r.reads,
+            r.decodes,
+            r.decoding_reads.unwrap_or(0),
+            r.decode_charged_ms.unwrap_or(0.0),
+            r.decode_busy_pct.unwrap_or(0.0),
+            r.wall_s
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nDecode CPU time measured before the runs (median of batches, thread CPU time), by the \
+         first shard s of the window's run of k shards (s = 0: the data shards):\n\n\
+         | k | shard bytes | engine | decode µs for s = 1 .. 2k-1 | one thread MB/s |\n\
+         |---|---|---|---|---|"
+    );
+    for c in report.decode_calibration.iter().flatten() {
+        let us: Vec<String> = c.decode_us_by_first_shard[1..]
+            .iter()
+            .map(|u| format!("{u:.1}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {:.0} |",
+            c.k,
+            c.shard_bytes,
+            c.engine,
+            us.join(", "),
+            c.decode_mbps_one_thread
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\n`decodes`: segments the manager rebuilt from parity (its counter); `decoding reads`: \
+         reads the bench expected to decode from the placement and the window (the two agree \
+         when the variants do what they say). `decode busy %`: charged decode time over the \
+         modelled cores' time. The top-level JSON fields (devices, write bound) describe the \
+         largest k."
+    );
+    s
+}
+
 /// The Markdown summary: what ran, on what, and the table.
 pub fn summary(report: &MixedReport) -> String {
+    if report.preset == Preset::ErailsDecode {
+        return decode_summary(report);
+    }
     let mut s = String::new();
     let cmd: Vec<String> = std::env::args().collect();
     let _ = writeln!(s, "## mixed bench: {}\n", report.preset.name());
@@ -2087,6 +2785,27 @@ pub fn summary(report: &MixedReport) -> String {
             r.cpu_s
         );
     }
+    if report.trace.is_some() {
+        let left: Vec<String> = report
+            .runs
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {} reads, {} writes",
+                    r.label(),
+                    r.trace_reads_abandoned.unwrap_or(0),
+                    r.trace_writes_abandoned.unwrap_or(0)
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "\nTrace requests still unfinished 50 simulated ms after the measured time (abandoned; \
+             in no percentile): {}. Trace latencies count from each request's arrival in the \
+             trace (open loop).",
+            left.join("; ")
+        );
+    }
     let _ = writeln!(
         s,
         "\nLatencies are simulated time from dispatch to completion (closed loop). `% of bound` \
@@ -2122,13 +2841,17 @@ pub fn run(args: &MixedBenchArgs) -> Result<()> {
     if let Some(out) = &args.out {
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
         let mut written = Vec::new();
-        for (name, body) in [
+        let mut files = vec![
             ("results.json", json.clone()),
             ("series.csv", series_csv(&report)),
             ("buffer.csv", buffer_csv(&report)),
             ("iops_cdf.csv", iops_cdf_csv(&report)),
             ("summary.md", summary(&report)),
-        ] {
+        ];
+        if report.preset == Preset::ErailsDecode {
+            files.push(("decode.csv", decode_csv(&report)));
+        }
+        for (name, body) in files {
             let p = out.join(name);
             write_file(&p, &body)?;
             written.push(p);
@@ -2157,19 +2880,23 @@ mod tests {
 
     #[test]
     fn presets_plan_their_arrays() {
-        let p = plan_of(&MixedBenchArgs::new(Preset::Groups12)).unwrap();
+        let p = plan_of(&MixedBenchArgs::new(Preset::Groups12), 0).unwrap();
         assert_eq!((p.devices, p.colours, p.window), (12, 6, 3));
         let colours = p.colours_of().unwrap();
         assert_eq!(colours, (0..12).map(|d| d % 6).collect::<Vec<_>>());
-        let r = plan_of(&MixedBenchArgs::new(Preset::Rails2)).unwrap();
+        let r = plan_of(&MixedBenchArgs::new(Preset::Rails2), 0).unwrap();
         assert_eq!((r.window, r.colours, r.write_factor), (1, 2, 2.0));
         // Rails: one reader, one writer: w / 2; groups-12: two sets of k = m = 3: 2 x 1.5 w.
         assert_eq!(r.write_bound_bps(100.0), 50.0);
         assert_eq!(p.write_bound_bps(100.0), 300.0);
-        let k3 = plan_of(&MixedBenchArgs::new(Preset::ErailsK3)).unwrap();
+        let k3 = plan_of(&MixedBenchArgs::new(Preset::ErailsK3), 0).unwrap();
         assert_eq!(k3.writes_per_read, Some(1.0 / 3.0));
         // 128 KiB over k = 3: 43 691 B shards + header -> 11 units.
         assert_eq!(k3.piece_device_bytes, 11 * 4096);
+        // erails-decode: 2k devices, k readers, no writes, every object readable.
+        let d = plan_of(&MixedBenchArgs::new(Preset::ErailsDecode), 4).unwrap();
+        assert_eq!((d.devices, d.colours, d.window), (8, 8, 4));
+        assert_eq!((d.write_streams, d.read_objects()), (0, d.objects));
     }
 
     #[test]
@@ -2214,5 +2941,26 @@ mod tests {
         assert_eq!(t.distinct_blocks, 3);
         assert_eq!(t.ops[1].at_ns, 750_000);
         assert!(t.ops[0].write && !t.ops[1].write);
+        assert_eq!(t.blocks(&t.ops[0]), [0, 1]);
+        assert_eq!(t.blocks(&t.ops[1]), [2]);
+    }
+
+    #[test]
+    fn a_request_over_a_known_and_a_new_block_keeps_each_blocks_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("h.trace");
+        // Block 1, then block 0, then blocks 1 and 2 (id 0 and a new id 2: not consecutive),
+        // then 100 bytes inside block 2 from byte 4000, which reach into block 3.
+        std::fs::write(
+            &p,
+            "0.000 0 4096 4096 0\n1.000 0 0 4096 1\n2.000 0 4096 8192 1\n\
+             3.000 0 12192 200 1\n",
+        )
+        .unwrap();
+        let t = Trace::load(&p, None, 4096, 1.0, 8).unwrap();
+        let ids: Vec<&[u64]> = t.ops.iter().map(|o| t.blocks(o)).collect();
+        assert_eq!(ids, [&[0][..], &[1], &[0, 2], &[2, 3]]);
+        assert_eq!(t.distinct_blocks, 4);
+        assert_eq!((t.ops[3].offset, t.ops[3].len), (4000, 200));
     }
 }
