@@ -12,7 +12,7 @@ use railstore_device::{Device, ReadRange, StoreMode};
 use railstore_ec::{Code, CodeId, Codec};
 use railstore_placement::{Layout, Placement};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Stripes of the per-key write lock table.
@@ -75,6 +75,13 @@ pub(crate) struct Resolved {
     pub data: Vec<u8>,
 }
 
+/// Segment 0 of an object as a put or delete in progress leaves it.
+#[derive(Clone)]
+enum Writing {
+    Put(Resolved),
+    Delete,
+}
+
 pub(crate) struct Inner {
     pub io: DeviceSet,
     pub layout: Layout,
@@ -82,6 +89,10 @@ pub(crate) struct Inner {
     codecs: Mutex<HashMap<(u8, u8, u8), Arc<Codec>>>,
     locks: Vec<tokio::sync::Mutex<()>>,
     cache: Mutex<HashMap<Vec<u8>, ObjectMeta>>,
+    /// What a put or delete is writing to segment 0 right now (see [`Inner::overlapping`]).
+    writing: Mutex<HashMap<Vec<u8>, Writing>>,
+    /// Entries in `writing`, so reads look there only when something is.
+    writing_count: AtomicUsize,
     garbage: Mutex<Vec<Garbage>>,
     /// This manager, for background tasks.
     me: std::sync::Weak<Inner>,
@@ -158,6 +169,8 @@ impl Manager {
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
             cache: Mutex::new(HashMap::new()),
+            writing: Mutex::new(HashMap::new()),
+            writing_count: AtomicUsize::new(0),
             garbage: Mutex::new(Vec::new()),
             me: weak.clone(),
             version: AtomicU64::new(start),
@@ -251,7 +264,21 @@ impl Manager {
                 object_len: value.len() as u64,
                 version,
             };
-            inner.write_segment(key, &place, mech, head, data).await?;
+            let written = if s == 0 {
+                let resolved = Resolved {
+                    mechanism: mech,
+                    version,
+                    object_len: value.len() as u64,
+                    segment_count: segments_u32,
+                    set: None,
+                    data: data.to_vec(),
+                };
+                let _writing = inner.writing(key, Writing::Put(resolved));
+                inner.write_segment(key, &place, mech, head, data).await
+            } else {
+                inner.write_segment(key, &place, mech, head, data).await
+            };
+            written?;
             if s + 1 == segments && segments > 1 {
                 inner.sync_positions(&place, mech.pieces()).await?;
             }
@@ -277,11 +304,15 @@ impl Manager {
         inner.check_key(key)?;
         let place = inner.layout.place(key);
         let hint = inner.cached(key).map(|m| m.mechanism);
-        let first = match inner.fast_segment(key, 0, &place, hint, None).await {
-            Some(r) => r,
-            None => match inner.slow_segment(key, 0, &place, None).await? {
+        let first = match inner.overlapping(key) {
+            Some(Writing::Put(r)) => r,
+            Some(Writing::Delete) => return Err(RedundancyError::NotFound { key: key.to_vec() }),
+            None => match inner.fast_segment(key, 0, &place, hint, None).await {
                 Some(r) => r,
-                None => return Err(RedundancyError::NotFound { key: key.to_vec() }),
+                None => match inner.slow_segment(key, 0, &place, None).await? {
+                    Some(r) => r,
+                    None => return Err(RedundancyError::NotFound { key: key.to_vec() }),
+                },
             },
         };
         let (start, end) =
@@ -367,6 +398,7 @@ impl Manager {
         }
         let place = inner.layout.place(key);
         let skey = segment_key(key, 0, prev.version);
+        let writing = inner.writing(key, Writing::Delete);
         // Every position, not only the mechanism's: an earlier mechanism's leftovers may wait
         // there for a sync.
         let res = join_all((0..inner.layout.width()).map(|i| {
@@ -375,6 +407,7 @@ impl Manager {
             async move { (d, inner.io.delete(d, skey).await) }
         }))
         .await;
+        drop(writing);
         let failed: Vec<usize> = res
             .into_iter()
             .filter(|(_, r)| r.is_err())
@@ -530,6 +563,28 @@ impl Inner {
             Mechanism::Split { k, .. } => self.piece_payload_max * k as usize,
             _ => self.piece_payload_max,
         }
+    }
+
+    /// Notes that a put or delete is writing segment 0 of `key`, until the guard drops. The
+    /// caller holds the key's lock.
+    fn writing<'a>(&'a self, key: &'a [u8], what: Writing) -> WritingGuard<'a> {
+        self.writing.lock().unwrap().insert(key.to_vec(), what);
+        self.writing_count.fetch_add(1, Ordering::SeqCst);
+        WritingGuard { inner: self, key }
+    }
+
+    /// What a put or delete in progress is writing to segment 0 of `key`. A read that overlaps
+    /// the write answers from it: while the pieces change, the devices that serve reads under
+    /// separation may hold pieces of both versions, too few of either to decode, and only the
+    /// careful path (which reads every device, writers too) would resolve them. Answering with
+    /// the write's outcome is what a read just after it returns; reads stay monotonic because
+    /// every read of the key asks here first. If the write fails, later reads see what its
+    /// pieces decode to, as any failed write leaves.
+    fn overlapping(&self, key: &[u8]) -> Option<Writing> {
+        if self.writing_count.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
+        self.writing.lock().unwrap().get(key).cloned()
     }
 
     pub(crate) fn cached(&self, key: &[u8]) -> Option<ObjectMeta> {
@@ -1439,4 +1494,25 @@ pub(crate) fn expected_segment_len(h: &PieceHeader, segment_bytes: usize) -> Opt
     }
     let start = h.segment as u64 * seg;
     Some((h.object_len - start.min(h.object_len)).min(seg) as usize)
+}
+
+/// Ends a [`Inner::writing`] entry.
+struct WritingGuard<'a> {
+    inner: &'a Inner,
+    key: &'a [u8],
+}
+
+impl Drop for WritingGuard<'_> {
+    fn drop(&mut self) {
+        if self
+            .inner
+            .writing
+            .lock()
+            .unwrap()
+            .remove(self.key)
+            .is_some()
+        {
+            self.inner.writing_count.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
 }

@@ -665,3 +665,157 @@ async fn reads_go_to_the_devices_the_read_plan_prefers() {
             >= 100
     );
 }
+
+/// A device whose stores wait while its gate is shut (a reader's buffer that is pacing writes).
+struct Gated {
+    inner: Arc<dyn Device>,
+    open: tokio::sync::watch::Sender<bool>,
+}
+
+#[async_trait::async_trait]
+impl Device for Gated {
+    async fn store(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        mode: StoreMode,
+    ) -> railstore_device::Result<()> {
+        let mut open = self.open.subscribe();
+        let _ = open.wait_for(|o| *o).await;
+        self.inner.store(key, value, mode).await
+    }
+    async fn retrieve(
+        &self,
+        key: &[u8],
+        range: ReadRange,
+    ) -> railstore_device::Result<railstore_device::Retrieved> {
+        self.inner.retrieve(key, range).await
+    }
+    async fn delete(&self, key: &[u8], must_exist: bool) -> railstore_device::Result<bool> {
+        let mut open = self.open.subscribe();
+        let _ = open.wait_for(|o| *o).await;
+        self.inner.delete(key, must_exist).await
+    }
+    async fn exist(&self, keys: &[&[u8]]) -> railstore_device::Result<Vec<bool>> {
+        self.inner.exist(keys).await
+    }
+    async fn iterate(
+        &self,
+        req: &railstore_device::IterRequest,
+    ) -> railstore_device::Result<railstore_device::IterBatch> {
+        self.inner.iterate(req).await
+    }
+    async fn info(&self) -> railstore_device::Result<railstore_device::DeviceInfo> {
+        self.inner.info().await
+    }
+    async fn sync(&self) -> railstore_device::Result<()> {
+        self.inner.sync().await
+    }
+    fn limits(&self) -> Limits {
+        self.inner.limits()
+    }
+}
+
+/// A read that overlaps a put or delete of its key, while the reader-role devices hold pieces
+/// of both versions, is answered without reading a writer-role device, and reads after it
+/// never go back to the old value.
+#[tokio::test(start_paused = true)]
+async fn reads_overlapping_a_write_stay_on_reader_devices() {
+    use railstore_device::{MeteredDevice, OpKind};
+    use railstore_rails::{Schedule, ScheduleConfig, ScheduledReads};
+    let metered: Vec<Arc<MeteredDevice>> = (0..6)
+        .map(|_| Arc::new(MeteredDevice::new(mem())))
+        .collect();
+    let gated: Vec<Arc<Gated>> = metered
+        .iter()
+        .map(|m| {
+            Arc::new(Gated {
+                inner: m.clone(),
+                open: tokio::sync::watch::channel(true).0,
+            })
+        })
+        .collect();
+    let devs: Vec<Arc<dyn Device>> = gated.iter().map(|g| g.clone() as Arc<dyn Device>).collect();
+    let m = Manager::open(
+        devs,
+        config(Policy::Standalone(Mechanism::parse("split3+3").unwrap())),
+    )
+    .await
+    .unwrap();
+    let key = b"overlap".to_vec();
+    let (old, new) = (vec![1u8; 3000], vec![2u8; 2000]);
+    m.put(&key, &old, StoreMode::Upsert, None).await.unwrap();
+    // Colours 0..3 read, 3..6 write.
+    let colours: Vec<usize> = (0..6).map(|d| m.layout().colour_of(d)).collect();
+    let schedule = Schedule::new(ScheduleConfig::new(6, 3)).unwrap();
+    m.devices().set_read_plan(Arc::new(ScheduledReads::new(
+        schedule,
+        colours.clone(),
+        || 0,
+    )));
+    let readers: Vec<usize> = (0..6).filter(|&d| m.devices().prefers(d)).collect();
+    assert_eq!(readers.len(), 3);
+    let writer_reads = || -> u64 {
+        (0..6)
+            .filter(|d| !readers.contains(d))
+            .map(|d| metered[d].stats(OpKind::Retrieve).ops)
+            .sum()
+    };
+    let (got, _) = m.get(&key, ReadRange::ALL).await.unwrap();
+    assert_eq!(got, old);
+    assert_eq!(writer_reads(), 0, "a quiet read reached a writer");
+
+    // One reader takes the new piece late: the readers hold two of one version and one of the
+    // other, too few of either for k = 3.
+    gated[readers[0]].open.send_replace(false);
+    let writer = tokio::spawn({
+        let (m, key, new) = (m.clone(), key.clone(), new.clone());
+        async move { m.put(&key, &new, StoreMode::Upsert, None).await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(!writer.is_finished());
+    // A bound on each read: one that reads every device also repairs the reader that lags,
+    // and that store waits at the gate.
+    let read = |m: Manager, key: Vec<u8>| async move {
+        tokio::time::timeout(Duration::from_secs(1), async move {
+            m.get(&key, ReadRange::ALL).await
+        })
+        .await
+        .expect("the read waited for the write")
+    };
+    for _ in 0..3 {
+        let (got, _) = read(m.clone(), key.clone()).await.unwrap();
+        assert_eq!(
+            got, new,
+            "a read overlapping the put returned something else"
+        );
+    }
+    assert_eq!(
+        writer_reads(),
+        0,
+        "a read overlapping a put reached a writer"
+    );
+    gated[readers[0]].open.send_replace(true);
+    writer.await.unwrap().unwrap();
+    assert_eq!(m.get(&key, ReadRange::ALL).await.unwrap().0, new);
+
+    // The same for a delete: the overlapping read finds nothing.
+    gated[readers[0]].open.send_replace(false);
+    let deleter = tokio::spawn({
+        let (m, key) = (m.clone(), key.clone());
+        async move { m.delete(&key).await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(!deleter.is_finished());
+    assert!(matches!(
+        read(m.clone(), key.clone()).await,
+        Err(RedundancyError::NotFound { .. })
+    ));
+    gated[readers[0]].open.send_replace(true);
+    assert!(deleter.await.unwrap().unwrap());
+    assert_eq!(
+        writer_reads(),
+        0,
+        "a read overlapping a delete reached a writer"
+    );
+}
