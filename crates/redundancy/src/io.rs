@@ -30,6 +30,9 @@ pub struct IoCounters {
     pub repairs: AtomicU64,
     /// Segments or set members rebuilt by decoding.
     pub decodes: AtomicU64,
+    /// Reads sent to a spare device because a preferred one was slow to answer
+    /// (`ManagerConfig::slow_read_bypass`).
+    pub slow_read_bypasses: AtomicU64,
 }
 
 /// The devices of the array, their health, and the read plan.

@@ -8,7 +8,8 @@ use crate::io::DeviceSet;
 use crate::mechanism::{ManagerConfig, Mechanism};
 use crate::pack::Packer;
 use futures_util::future::join_all;
-use railstore_device::{Device, ReadRange, StoreMode};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use railstore_device::{Device, DeviceError, ReadRange, StoreMode};
 use railstore_ec::{Code, CodeId, Codec};
 use railstore_placement::{Layout, Placement};
 use std::collections::HashMap;
@@ -959,8 +960,17 @@ impl Inner {
             }
             Mechanism::Replicate { r } => {
                 let order = self.io.read_order((0..r as usize).map(|i| place.device(i)));
-                let d = *order.first()?;
-                let bytes = self.io.retrieve(d, &skey).await.ok()??;
+                let spares: Vec<usize> = order
+                    .iter()
+                    .skip(1)
+                    .copied()
+                    .filter(|&d| self.io.prefers(d))
+                    .collect();
+                let (_, bytes) = self
+                    .read_pieces(&skey, order.first().copied().into_iter().collect(), spares)
+                    .await
+                    .pop()?;
+                let bytes = bytes.ok()??;
                 let (h, payload) = PieceHeader::decode(&bytes).ok()?;
                 self.accept_whole(&h, payload.to_vec(), want)
             }
@@ -968,22 +978,22 @@ impl Inner {
                 let n = (k + m) as usize;
                 let devs: Vec<usize> = (0..n).map(|i| place.device(i)).collect();
                 // Data shards first among the preferred devices: no decoding when they serve.
-                let mut chosen: Vec<usize> =
-                    (0..n).filter(|&i| self.io.readable(devs[i])).collect();
-                chosen.sort_by_key(|&i| (!self.io.prefers(devs[i]), i >= k as usize, i));
-                chosen.truncate(k as usize);
-                if chosen.len() < k as usize {
+                let mut order: Vec<usize> = (0..n).filter(|&i| self.io.readable(devs[i])).collect();
+                order.sort_by_key(|&i| (!self.io.prefers(devs[i]), i >= k as usize, i));
+                if order.len() < k as usize {
                     return None;
                 }
-                let reads = join_all(chosen.iter().map(|&i| {
-                    let d = devs[i];
-                    let skey = &skey;
-                    async move { self.io.retrieve(d, skey).await }
-                }))
-                .await;
+                let spares = order[k as usize..]
+                    .iter()
+                    .map(|&i| devs[i])
+                    .filter(|&d| self.io.prefers(d))
+                    .collect();
+                let first = order[..k as usize].iter().map(|&i| devs[i]).collect();
+                let reads = self.read_pieces(&skey, first, spares).await;
                 let mut shards: Vec<Option<Vec<u8>>> = vec![None; n];
                 let mut head: Option<PieceHeader> = None;
-                for (&i, r) in chosen.iter().zip(reads) {
+                for (d, r) in reads {
+                    let i = devs.iter().position(|&x| x == d)?;
                     let bytes = r.ok()??;
                     let (h, payload) = PieceHeader::decode(&bytes).ok()?;
                     if h.kind != PieceKind::Shard
@@ -1021,6 +1031,46 @@ impl Inner {
                 })
             }
         }
+    }
+
+    /// Reads `skey` from every device of `first` and returns one answer per device, in the
+    /// order they come. With [`ManagerConfig::slow_read_bypass`] set, a device that has not
+    /// answered by then is bypassed: the next of `spares` (devices the read plan prefers) is
+    /// read too, and the first `first.len()` answers win (fail-fast, as IODA and LinnOS do; the
+    /// slow read is dropped).
+    async fn read_pieces(
+        &self,
+        skey: &[u8],
+        first: Vec<usize>,
+        spares: Vec<usize>,
+    ) -> Vec<(usize, std::result::Result<Option<Vec<u8>>, DeviceError>)> {
+        let read = |d: usize| async move { (d, self.io.retrieve(d, skey).await) };
+        let Some(after) = self.config.slow_read_bypass.filter(|_| !spares.is_empty()) else {
+            return join_all(first.into_iter().map(read)).await;
+        };
+        let want = first.len();
+        let mut pending: FuturesUnordered<_> = first.into_iter().map(read).collect();
+        let mut spares = spares.into_iter();
+        let mut answers = Vec::with_capacity(want);
+        let bypass_at = tokio::time::sleep(after);
+        tokio::pin!(bypass_at);
+        let mut bypassed = false;
+        while answers.len() < want {
+            tokio::select! {
+                answer = pending.next() => match answer {
+                    Some(a) => answers.push(a),
+                    None => break,
+                },
+                _ = &mut bypass_at, if !bypassed => {
+                    bypassed = true;
+                    for d in spares.by_ref().take(want - answers.len()) {
+                        self.io.counters.slow_read_bypasses.fetch_add(1, Ordering::Relaxed);
+                        pending.push(read(d));
+                    }
+                }
+            }
+        }
+        answers
     }
 
     fn accept_whole(

@@ -191,6 +191,10 @@ pub struct ManagerConfig {
     pub layout_rounds: usize,
     /// Seed of the placement layout.
     pub layout_seed: u64,
+    /// A fast read that waits this long for a device reads one more preferred device (another
+    /// copy, or a parity shard to decode with) and takes the first answers; `None` waits.
+    /// Under read/write separation the window then needs more readers than k (Rails §4.3).
+    pub slow_read_bypass: Option<Duration>,
 }
 
 impl Default for ManagerConfig {
@@ -203,6 +207,7 @@ impl Default for ManagerConfig {
             layout_width: None,
             layout_rounds: 4,
             layout_seed: 0x5241_494c,
+            slow_read_bypass: None,
         }
     }
 }
@@ -220,6 +225,7 @@ struct ConfigFile {
     layout_width: Option<usize>,
     layout_rounds: Option<usize>,
     layout_seed: Option<u64>,
+    slow_read_bypass_ms: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -339,9 +345,19 @@ impl ManagerConfig {
             }
             None => d.pack_wait,
         };
+        let slow_read_bypass = match f.slow_read_bypass_ms {
+            Some(ms) if ms.is_finite() && ms > 0.0 => Some(Duration::from_secs_f64(ms / 1000.0)),
+            Some(ms) => {
+                return Err(RedundancyError::Config(format!(
+                    "slow_read_bypass_ms {ms} must be > 0 (leave it out to wait)"
+                )))
+            }
+            None => d.slow_read_bypass,
+        };
         Ok(ManagerConfig {
             policy,
             pack_wait,
+            slow_read_bypass,
             object_bytes_max: f.object_bytes_max.unwrap_or(d.object_bytes_max),
             meta_cache_entries_max: f.meta_cache_entries_max.unwrap_or(d.meta_cache_entries_max),
             layout_width: f.layout_width,
@@ -387,6 +403,7 @@ mod tests {
             r#"
             mode = "hybrid"
             pack_wait_ms = 5
+            slow_read_bypass_ms = 2.5
             [[hybrid]]
             max_bytes = 4096
             mechanism = "rep3"
@@ -406,6 +423,7 @@ mod tests {
             Mechanism::parse("split4+2").unwrap()
         );
         assert_eq!(c.pack_wait, Duration::from_millis(5));
+        assert_eq!(c.slow_read_bypass, Some(Duration::from_micros(2500)));
         assert_eq!(c.width(), 6);
     }
 
@@ -421,6 +439,10 @@ mod tests {
             ),
             ("mode = \"standalone\"\nmechanism = \"split0+1\"", "k >= 1"),
             ("mode = \"standalone\"\nmechanism = \"hash\"\ncolour = 3", "unknown field"),
+            (
+                "mode = \"standalone\"\nmechanism = \"rep3\"\nslow_read_bypass_ms = 0",
+                "must be > 0",
+            ),
         ] {
             let e = ManagerConfig::from_toml(text).unwrap_err().to_string();
             assert!(e.contains(needle), "{text}: {e}");

@@ -666,10 +666,22 @@ async fn reads_go_to_the_devices_the_read_plan_prefers() {
     );
 }
 
-/// A device whose stores wait while its gate is shut (a reader's buffer that is pacing writes).
+/// A device whose stores wait while its gate is shut (a reader's buffer that is pacing writes)
+/// and whose reads take `read_delay` longer (a slow device).
 struct Gated {
     inner: Arc<dyn Device>,
     open: tokio::sync::watch::Sender<bool>,
+    read_delay: std::sync::Mutex<Duration>,
+}
+
+impl Gated {
+    fn new(inner: Arc<dyn Device>) -> Arc<Gated> {
+        Arc::new(Gated {
+            inner,
+            open: tokio::sync::watch::channel(true).0,
+            read_delay: std::sync::Mutex::new(Duration::ZERO),
+        })
+    }
 }
 
 #[async_trait::async_trait]
@@ -689,6 +701,8 @@ impl Device for Gated {
         key: &[u8],
         range: ReadRange,
     ) -> railstore_device::Result<railstore_device::Retrieved> {
+        let delay = *self.read_delay.lock().unwrap();
+        tokio::time::sleep(delay).await;
         self.inner.retrieve(key, range).await
     }
     async fn delete(&self, key: &[u8], must_exist: bool) -> railstore_device::Result<bool> {
@@ -726,15 +740,7 @@ async fn reads_overlapping_a_write_stay_on_reader_devices() {
     let metered: Vec<Arc<MeteredDevice>> = (0..6)
         .map(|_| Arc::new(MeteredDevice::new(mem())))
         .collect();
-    let gated: Vec<Arc<Gated>> = metered
-        .iter()
-        .map(|m| {
-            Arc::new(Gated {
-                inner: m.clone(),
-                open: tokio::sync::watch::channel(true).0,
-            })
-        })
-        .collect();
+    let gated: Vec<Arc<Gated>> = metered.iter().map(|m| Gated::new(m.clone())).collect();
     let devs: Vec<Arc<dyn Device>> = gated.iter().map(|g| g.clone() as Arc<dyn Device>).collect();
     let m = Manager::open(
         devs,
@@ -818,4 +824,94 @@ async fn reads_overlapping_a_write_stay_on_reader_devices() {
         0,
         "a read overlapping a delete reached a writer"
     );
+}
+
+/// With `slow_read_bypass`, a fast read that waits on a slow reader reads a spare reader too
+/// and answers without the slow one; without it, the read waits. Replication and splitting,
+/// under a read plan with one reader more than the read needs; writers are never read.
+#[tokio::test(start_paused = true)]
+async fn a_slow_reader_is_bypassed_by_a_spare_reader() {
+    use railstore_device::{MeteredDevice, OpKind};
+    use railstore_rails::{Schedule, ScheduleConfig, ScheduledReads};
+    let slow = Duration::from_millis(50);
+    for (mech, readers_wanted) in [("split3+3", 4), ("rep3", 2)] {
+        for bypass in [None, Some(Duration::from_millis(5))] {
+            let metered: Vec<Arc<MeteredDevice>> = (0..6)
+                .map(|_| Arc::new(MeteredDevice::new(mem())))
+                .collect();
+            let gated: Vec<Arc<Gated>> = metered.iter().map(|m| Gated::new(m.clone())).collect();
+            let devs: Vec<Arc<dyn Device>> =
+                gated.iter().map(|g| g.clone() as Arc<dyn Device>).collect();
+            let mut cfg = config(Policy::Standalone(Mechanism::parse(mech).unwrap()));
+            cfg.slow_read_bypass = bypass;
+            let m = Manager::open(devs, cfg).await.unwrap();
+            let key = b"slow".to_vec();
+            let value: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+            m.put(&key, &value, StoreMode::Upsert, None).await.unwrap();
+            let colours: Vec<usize> = (0..6).map(|d| m.layout().colour_of(d)).collect();
+            let ncolours = colours.iter().max().unwrap() + 1;
+            let window = (1..=ncolours)
+                .find(|&w| {
+                    let plan = ScheduledReads::new(
+                        Schedule::new(ScheduleConfig::new(ncolours, w)).unwrap(),
+                        colours.clone(),
+                        || 0,
+                    );
+                    m.devices().set_read_plan(Arc::new(plan));
+                    let place = m.layout().place(&key);
+                    let held = Mechanism::parse(mech).unwrap().pieces();
+                    (0..held)
+                        .filter(|&p| m.devices().prefers(place.device(p)))
+                        .count()
+                        == readers_wanted
+                })
+                .expect("a window with one spare reader");
+            let place = m.layout().place(&key);
+            // The device the fast read asks first: the lowest position on a reader.
+            let first = (0..6)
+                .map(|p| place.device(p))
+                .find(|&d| m.devices().prefers(d))
+                .unwrap();
+            *gated[first].read_delay.lock().unwrap() = slow;
+            for md in &metered {
+                md.reset();
+            }
+            let t = tokio::time::Instant::now();
+            let (got, _) = m.get(&key, ReadRange::ALL).await.unwrap();
+            let took = t.elapsed();
+            assert_eq!(got, value, "{mech} window {window}");
+            let bypasses = m
+                .devices()
+                .counters
+                .slow_read_bypasses
+                .load(std::sync::atomic::Ordering::Relaxed);
+            match bypass {
+                None => {
+                    assert!(
+                        took >= slow,
+                        "{mech}: no bypass, yet the read took {took:?}"
+                    );
+                    assert_eq!(bypasses, 0);
+                }
+                Some(after) => {
+                    assert!(
+                        took < slow,
+                        "{mech}: the read waited {took:?} for the slow reader"
+                    );
+                    assert!(
+                        took >= after,
+                        "{mech}: bypassed before the threshold ({took:?})"
+                    );
+                    assert_eq!(bypasses, 1, "{mech}");
+                }
+            }
+            for d in (0..6).filter(|&d| !m.devices().prefers(d)) {
+                assert_eq!(
+                    metered[d].stats(OpKind::Retrieve).ops,
+                    0,
+                    "{mech}: writer {d} was read"
+                );
+            }
+        }
+    }
 }
