@@ -26,7 +26,7 @@ use railstore_device::{
     ReadRange, Retrieved, SimDevice, SimStats, StoreMode,
 };
 use railstore_placement::{Layout, LayoutSpec};
-use railstore_rails::{write_bound, Rails, RailsConfig, Role, ScheduleConfig};
+use railstore_rails::{write_bound, DeviceCounters, Rails, RailsConfig, Role, ScheduleConfig};
 use railstore_redundancy::{Manager, ManagerConfig, Mechanism, Policy};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -1148,12 +1148,19 @@ async fn write_stream(ctx: Arc<Ctx>, s: usize) -> Result<()> {
     }
 }
 
-/// One sample of every device's role and buffer.
+/// One sample of every device's role and buffer, and of the counters that change with roles
+/// (cumulative since the mode's start, so rates are differences between samples).
 #[derive(Debug, Clone)]
 struct Sample {
     t_s: f64,
     roles: Vec<Role>,
     buffer_bytes: Vec<u64>,
+    /// Per device: bytes flushed from its buffer, and reads its buffer answered.
+    flushed_bytes: Vec<u64>,
+    buffer_reads: Vec<u64>,
+    /// The array: segments decoded, and frames that separated only partially.
+    decodes: u64,
+    partial_frames: u64,
 }
 
 /// The result of one mode.
@@ -1567,10 +1574,24 @@ async fn run_mode(plan: &Plan, mode: Mode, quiet: bool) -> Result<RunReport> {
                 tokio::time::sleep_until(at).await;
                 let snap = rails.snapshot();
                 let t_s = ctx.plan.sim_ns(at - start) as f64 / 1e9;
+                let counter = |f: fn(&DeviceCounters) -> &AtomicU64| {
+                    (0..n)
+                        .map(|d| f(rails.counters(d)).load(Ordering::Relaxed))
+                        .collect()
+                };
                 out.push(Sample {
                     t_s,
                     roles: snap.iter().map(|s| s.role).collect(),
                     buffer_bytes: snap.iter().map(|s| s.buffer_bytes).collect(),
+                    flushed_bytes: counter(|c| &c.flushed_bytes),
+                    buffer_reads: counter(|c| &c.buffer_reads),
+                    decodes: ctx
+                        .manager
+                        .devices()
+                        .counters
+                        .decodes
+                        .load(Ordering::Relaxed),
+                    partial_frames: rails.partial_frames(),
                 });
                 debug_assert_eq!(snap.len(), n);
                 progress.set_position((t_s * 1000.0) as u64);
@@ -2456,20 +2477,27 @@ pub fn series_csv(report: &MixedReport) -> String {
 
 /// Every device's role and buffer at every sample of every mode.
 pub fn buffer_csv(report: &MixedReport) -> String {
-    let mut s = String::from("mode,time_s,device,role,buffer_bytes\n");
+    let mut s = String::from(
+        "mode,time_s,device,role,buffer_bytes,flushed_bytes,buffer_reads,decodes,partial_frames\n",
+    );
     for r in &report.runs {
         for smp in &r.samples {
-            for (d, (role, bytes)) in smp.roles.iter().zip(&smp.buffer_bytes).enumerate() {
+            for (d, role) in smp.roles.iter().enumerate() {
                 let _ = writeln!(
                     s,
-                    "{},{:.3},{d},{},{bytes}",
+                    "{},{:.3},{d},{},{},{},{},{},{}",
                     r.label(),
                     smp.t_s,
                     match role {
                         Role::Reader => "reader",
                         Role::Writer => "writer",
                         Role::Guard => "guard",
-                    }
+                    },
+                    smp.buffer_bytes[d],
+                    smp.flushed_bytes[d],
+                    smp.buffer_reads[d],
+                    smp.decodes,
+                    smp.partial_frames,
                 );
             }
         }

@@ -84,6 +84,30 @@ fn erails_k3_quick_separation_beats_mixing() {
     }
     let series = std::fs::read_to_string(out.join("series.csv")).unwrap();
     assert_eq!(series.lines().count(), 1 + 3 * 3, "{series}");
+    // Per device and sample: role, buffer and the counters that follow roles.
+    let buffer = std::fs::read_to_string(out.join("buffer.csv")).unwrap();
+    let mut lines = buffer.lines();
+    assert_eq!(
+        lines.next(),
+        Some("mode,time_s,device,role,buffer_bytes,flushed_bytes,buffer_reads,decodes,partial_frames")
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let flushed = |mode: &str| -> u64 {
+        let mode_rows: Vec<_> = rows.iter().filter(|r| r[0] == mode).collect();
+        let last_t = mode_rows.last().unwrap()[1];
+        mode_rows
+            .iter()
+            .filter(|r| r[1] == last_t)
+            .map(|r| r[5].parse::<u64>().unwrap())
+            .sum()
+    };
+    assert!(flushed("separated") > 0, "nothing flushed: {buffer}");
+    assert_eq!(flushed("mixed"), 0, "writes buffered without separation");
+    assert!(
+        rows.iter().any(|r| r[0] == "separated" && r[3] == "writer")
+            && rows.iter().any(|r| r[0] == "separated" && r[3] == "reader"),
+        "roles missing"
+    );
 }
 
 /// `--preset erails-decode` (eRails §6.1) at k = 2: the no-decode variant reads only keys whose
