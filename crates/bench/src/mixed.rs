@@ -26,7 +26,9 @@ use railstore_device::{
     ReadRange, Retrieved, SimDevice, SimStats, StoreMode,
 };
 use railstore_placement::{Layout, LayoutSpec};
-use railstore_rails::{write_bound, DeviceCounters, Rails, RailsConfig, Role, ScheduleConfig};
+use railstore_rails::{
+    write_bound, DeviceCounters, Durability, Rails, RailsConfig, Role, ScheduleConfig,
+};
 use railstore_redundancy::{Manager, ManagerConfig, Mechanism, Policy};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -87,6 +89,16 @@ impl Preset {
             Preset::ErailsDecode => "erails-decode",
         }
     }
+}
+
+/// What a buffered write waits for before it is acknowledged (`RailsConfig::durability`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DurabilityArg {
+    /// A journal record on a writer-role device (every buffered piece is written twice).
+    Journal,
+    /// Memory only: enough where the pieces on writers rebuild every object (m >= k).
+    Memory,
 }
 
 /// Which clock drives the simulated SSDs.
@@ -173,6 +185,9 @@ pub struct MixedBenchArgs {
     /// Milliseconds before joining the window that a device stops writing.
     #[arg(long, default_value_t = 50.0)]
     pub guard_ms: f64,
+    /// What a buffered write waits for (docs/rails.md, "Durability").
+    #[arg(long, value_enum, default_value_t = DurabilityArg::Journal)]
+    pub durability: DurabilityArg,
     /// Logical MiB of each simulated SSD (default 1024; 64 with --quick).
     #[arg(long)]
     pub device_mib: Option<u64>,
@@ -266,6 +281,7 @@ impl MixedBenchArgs {
             duration: None,
             frame: None,
             guard_ms: 50.0,
+            durability: DurabilityArg::Journal,
             device_mib: None,
             buffer_mib: None,
             filler_fraction: 0.45,
@@ -317,6 +333,7 @@ struct Plan {
     duration_s: f64,
     frame_s: f64,
     guard_s: f64,
+    durability: DurabilityArg,
     device_bytes: u64,
     buffer_bytes: u64,
     filler_fraction: f64,
@@ -450,6 +467,7 @@ fn plan_of(args: &MixedBenchArgs, k: usize) -> Result<Plan> {
         duration_s,
         frame_s,
         guard_s: args.guard_ms / 1000.0,
+        durability: args.durability,
         device_bytes,
         buffer_bytes,
         filler_fraction: args.filler_fraction,
@@ -598,14 +616,19 @@ impl Plan {
         let _ = writeln!(
             s,
             "preset {}: {} simulated SSDs of {} (default TLC model), {} in {} colour classes, \
-             window of {k} reader colour(s) and {m} writer colour(s), frame T = {} s, guard {} ms",
+             window of {k} reader colour(s) and {m} writer colour(s), frame T = {} s, guard {} ms, \
+             buffered writes kept in {}",
             self.preset.name(),
             self.devices,
             human_bytes(self.device_bytes),
             self.mechanism,
             self.colours,
             self.frame_s,
-            self.guard_s * 1000.0
+            self.guard_s * 1000.0,
+            match self.durability {
+                DurabilityArg::Journal => "a journal on writers",
+                DurabilityArg::Memory => "memory",
+            }
         );
         match &self.trace {
             Some(t) => {
@@ -1306,6 +1329,8 @@ pub struct MixedReport {
     pub frame_s: f64,
     /// Guard before joining the window.
     pub guard_ms: f64,
+    /// What a buffered write waited for.
+    pub durability: DurabilityArg,
     /// Logical bytes of each SSD.
     pub device_bytes: u64,
     /// Write buffer bound of each device.
@@ -1465,6 +1490,10 @@ async fn run_mode(plan: &Plan, mode: Mode, quiet: bool) -> Result<RunReport> {
     let rails_cfg = RailsConfig {
         separation: mode != Mode::Mixed,
         write_buffer_bytes_max: plan.buffer_bytes,
+        durability: match plan.durability {
+            DurabilityArg::Journal => Durability::Journal,
+            DurabilityArg::Memory => Durability::Memory,
+        },
         ..RailsConfig::new(schedule)
     };
     let (rails, wrapped) = Rails::new(
@@ -1956,6 +1985,7 @@ fn measure_decode(args: &MixedBenchArgs) -> Result<MixedReport> {
         duration_s: plan.duration_s,
         frame_s: plan.frame_s,
         guard_ms: plan.guard_s * 1000.0,
+        durability: plan.durability,
         device_bytes: plan.device_bytes,
         buffer_bytes: plan.buffer_bytes,
         seed: plan.seed,
@@ -2051,6 +2081,7 @@ pub fn measure_mixed(args: &MixedBenchArgs) -> Result<MixedReport> {
         duration_s: plan.duration_s,
         frame_s: plan.frame_s,
         guard_ms: plan.guard_s * 1000.0,
+        durability: plan.durability,
         device_bytes: plan.device_bytes,
         buffer_bytes: plan.buffer_bytes,
         seed: plan.seed,
