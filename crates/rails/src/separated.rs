@@ -100,6 +100,10 @@ pub struct RailsConfig {
     /// overwrites of buffered keys. Above it writers wait (back-pressure) — also with
     /// `partial_when_full`, which relieves only the write buffer. One record is always let in.
     pub journal_bytes_max: u64,
+    /// How long a device that turns writer lets the reads still in flight on it finish before
+    /// it writes (Rails §4.4: a write queued with them could stall them behind a program or
+    /// GC); `Duration::ZERO` writes at once. Meanwhile its writes are buffered.
+    pub switch_read_wait: std::time::Duration,
 }
 
 /// What one device sustains, for sizing the window from measured load.
@@ -125,6 +129,7 @@ impl RailsConfig {
             durability: Durability::Journal,
             journal_bytes_max: 512 << 20,
             pace_buffered_writes: true,
+            switch_read_wait: std::time::Duration::from_millis(100),
         }
     }
 }
@@ -151,6 +156,10 @@ pub struct DeviceCounters {
     pub paced_waits: AtomicU64,
     /// Nanoseconds those waits lasted, summed.
     pub paced_ns: AtomicU64,
+    /// Times the device turned writer with reads still in flight, and let them finish first.
+    pub switch_read_waits: AtomicU64,
+    /// Nanoseconds those waits lasted, summed.
+    pub switch_read_wait_ns: AtomicU64,
     /// Compaction passes run while a writer.
     pub compactions: AtomicU64,
     /// Value bytes read through this device (buffer hits included).
@@ -250,6 +259,9 @@ struct DeviceState {
     /// Tags of this device's writes whose journal record was on a device that failed: the
     /// next sync journals those still buffered again.
     lost: Mutex<Vec<u64>>,
+    /// Reads at the device now, and their wake-up for a flusher waiting on them.
+    reads_in_flight: AtomicUsize,
+    reads_done: Notify,
 }
 
 /// Buffered operations a flusher sends to its device at once.
@@ -382,6 +394,8 @@ impl Rails {
                     held: Mutex::new(BTreeMap::new()),
                     held_bytes: AtomicU64::new(0),
                     lost: Mutex::new(Vec::new()),
+                    reads_in_flight: AtomicUsize::new(0),
+                    reads_done: Notify::new(),
                 })
             })
             .collect();
@@ -560,6 +574,37 @@ impl Rails {
         let at = start as u128
             + (want as u128).min(aim).saturating_sub(slack as u128) * span / (aim - slack as u128);
         Some((at.min(u128::from(end)) as u64).max(now + 1))
+    }
+
+    /// Lets the reads in flight on `d`, which has just turned writer, finish before it writes,
+    /// for at most [`RailsConfig::switch_read_wait`].
+    async fn finish_reads(&self, d: usize) {
+        let st = &self.devices[d];
+        if st.reads_in_flight.load(Ordering::SeqCst) == 0 || self.cfg.switch_read_wait.is_zero() {
+            return;
+        }
+        let (from, until) = (
+            self.now_ns(),
+            tokio::time::Instant::now() + self.cfg.switch_read_wait,
+        );
+        st.counters
+            .switch_read_waits
+            .fetch_add(1, Ordering::Relaxed);
+        loop {
+            let done = st.reads_done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            if st.reads_in_flight.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            tokio::select! {
+                _ = done => {}
+                _ = tokio::time::sleep_until(until) => break,
+            }
+        }
+        st.counters
+            .switch_read_wait_ns
+            .fetch_add(self.now_ns().saturating_sub(from), Ordering::Relaxed);
     }
 
     /// Buffered writes are journalled.
@@ -1283,6 +1328,8 @@ async fn window_controller(rails: std::sync::Weak<Rails>) {
 async fn flusher(rails: std::sync::Weak<Rails>, d: usize) {
     // The frame in which this device last compacted: once per writer stint is enough.
     let mut compacted_in: Option<u64> = None;
+    // Whether the device was a writer at the last pass: a new stint first lets reads finish.
+    let mut was_writer = false;
     loop {
         let Some(r) = rails.upgrade() else { return };
         let st = r.devices[d].clone();
@@ -1291,7 +1338,15 @@ async fn flusher(rails: std::sync::Weak<Rails>, d: usize) {
             .plan
             .with_schedule(|s| (s.frame_at(now), s.next_change(now)));
         let mut failed_now = false;
-        if r.role(d) == Role::Writer {
+        let writer = r.role(d) == Role::Writer;
+        if writer && !was_writer {
+            was_writer = true;
+            r.finish_reads(d).await;
+            // Time moved on: look at the roles again.
+            continue;
+        }
+        was_writer = writer;
+        if writer {
             let check = {
                 let r = r.clone();
                 move || r.role(d) == Role::Writer
@@ -1420,7 +1475,9 @@ impl Separated {
         // older write on this key could be replayed over this one.
         let covered = !journal
             || st.wm_stored.load(Ordering::SeqCst) + 1 >= st.next_tag.load(Ordering::SeqCst);
-        if role == Role::Writer && b.is_empty() && covered {
+        // Reads still at the device go first (`RailsConfig::switch_read_wait`).
+        let reads_done = st.reads_in_flight.load(Ordering::SeqCst) == 0;
+        if role == Role::Writer && b.is_empty() && covered && reads_done {
             st.counters.direct_ops.fetch_add(1, Ordering::Relaxed);
             return Placed::Direct;
         }
@@ -1497,6 +1554,7 @@ impl Device for Separated {
                 Err(DeviceError::KeyNotFound { key: key.to_vec() })
             }
             None => {
+                let _reading = ReadInFlight::new(st);
                 let r = st.inner.retrieve(key, range).await?;
                 st.counters
                     .read_bytes
@@ -1648,5 +1706,23 @@ impl Device for Separated {
             l.value_bytes_max = l.value_bytes_max.min(room);
         }
         l
+    }
+}
+
+/// Counts a read at the device while it runs (also when its task is dropped).
+struct ReadInFlight<'a>(&'a DeviceState);
+
+impl<'a> ReadInFlight<'a> {
+    fn new(st: &'a DeviceState) -> Self {
+        st.reads_in_flight.fetch_add(1, Ordering::SeqCst);
+        ReadInFlight(st)
+    }
+}
+
+impl Drop for ReadInFlight<'_> {
+    fn drop(&mut self) {
+        if self.0.reads_in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.reads_done.notify_waiters();
+        }
     }
 }

@@ -380,3 +380,124 @@ async fn paced_writes_spread_over_the_stint_instead_of_stopping() {
     assert_eq!(paced, 0);
     assert!(full > 0);
 }
+
+/// A device whose reads take `read_delay` and whose writes are recorded.
+struct SlowReads {
+    inner: MemDevice,
+    read_delay: Duration,
+    writes: Mutex<Vec<Instant>>,
+}
+
+#[async_trait]
+impl Device for SlowReads {
+    async fn store(&self, k: &[u8], v: &[u8], m: StoreMode) -> railstore_device::Result<()> {
+        self.writes.lock().unwrap().push(Instant::now());
+        self.inner.store(k, v, m).await
+    }
+    async fn retrieve(&self, k: &[u8], r: ReadRange) -> railstore_device::Result<Retrieved> {
+        tokio::time::sleep(self.read_delay).await;
+        self.inner.retrieve(k, r).await
+    }
+    async fn delete(&self, k: &[u8], must: bool) -> railstore_device::Result<bool> {
+        self.writes.lock().unwrap().push(Instant::now());
+        self.inner.delete(k, must).await
+    }
+    async fn exist(&self, keys: &[&[u8]]) -> railstore_device::Result<Vec<bool>> {
+        self.inner.exist(keys).await
+    }
+    async fn iterate(&self, req: &IterRequest) -> railstore_device::Result<IterBatch> {
+        self.inner.iterate(req).await
+    }
+    async fn info(&self) -> railstore_device::Result<DeviceInfo> {
+        self.inner.info().await
+    }
+    async fn sync(&self) -> railstore_device::Result<()> {
+        self.inner.sync().await
+    }
+    fn limits(&self) -> Limits {
+        self.inner.limits()
+    }
+}
+
+/// Device 0 reads in [0, 100 ms) and writes in [100, 200 ms). A read sent to it at 95 ms that
+/// takes `read_ms`: returns when its device writes first, and how many switch waits it counted.
+async fn first_write_after_a_late_read(read_ms: u64) -> (Duration, u64) {
+    let devices: Vec<Arc<SlowReads>> = (0..2)
+        .map(|_| {
+            Arc::new(SlowReads {
+                inner: MemDevice::new(MemConfig::default()).unwrap(),
+                read_delay: Duration::from_millis(read_ms),
+                writes: Mutex::new(Vec::new()),
+            })
+        })
+        .collect();
+    let cfg = RailsConfig {
+        durability: railstore_rails::Durability::Memory,
+        switch_read_wait: Duration::from_millis(50),
+        ..RailsConfig::new(ScheduleConfig {
+            colours: 2,
+            frame: Duration::from_millis(100),
+            window_min: 1,
+            window_max: 1,
+            guard: Duration::from_millis(10),
+        })
+    };
+    let (rails, devs) = Rails::new(
+        cfg,
+        devices
+            .iter()
+            .map(|d| d.clone() as Arc<dyn Device>)
+            .collect(),
+        vec![0, 1],
+    )
+    .unwrap();
+    let t0 = Instant::now();
+    assert_eq!(rails.role(0), Role::Reader);
+    devs[0]
+        .store(b"a", b"buffered", StoreMode::Upsert)
+        .await
+        .unwrap();
+    tokio::time::sleep_until(t0 + Duration::from_millis(95)).await;
+    let read = tokio::spawn({
+        let dev = devs[0].clone();
+        async move { dev.retrieve(b"missing", ReadRange::ALL).await }
+    });
+    tokio::time::sleep_until(t0 + Duration::from_millis(110)).await;
+    assert_eq!(rails.role(0), Role::Writer);
+    // A write to the writer while the read is still at the device waits behind it too.
+    devs[0]
+        .store(b"b", b"direct", StoreMode::Upsert)
+        .await
+        .unwrap();
+    tokio::time::sleep_until(t0 + Duration::from_millis(190)).await;
+    assert!(read.is_finished() || read_ms > 95);
+    let first = *devices[0]
+        .writes
+        .lock()
+        .unwrap()
+        .first()
+        .expect("the writer wrote nothing");
+    let waits = rails
+        .counters(0)
+        .switch_read_waits
+        .load(std::sync::atomic::Ordering::Relaxed);
+    (first - t0, waits)
+}
+
+#[tokio::test(start_paused = true)]
+async fn reads_in_flight_at_a_switch_finish_before_the_device_writes() {
+    // The read ends at 125 ms; the device turned writer at 100 ms and waits for it.
+    let (first, waits) = first_write_after_a_late_read(30).await;
+    assert!(
+        first >= Duration::from_millis(125) && first < Duration::from_millis(130),
+        "first write at {first:?}"
+    );
+    assert_eq!(waits, 1);
+    // A read that outlasts the bound (50 ms) does not hold the writer longer.
+    let (first, waits) = first_write_after_a_late_read(300).await;
+    assert!(
+        first >= Duration::from_millis(150) && first < Duration::from_millis(155),
+        "first write at {first:?}"
+    );
+    assert_eq!(waits, 1);
+}

@@ -261,7 +261,7 @@ impl Store {
                     .collect()
             };
             type Counter = fn(&railstore_rails::DeviceCounters) -> &AtomicU64;
-            let counters: [(&str, &str, Counter); 14] = [
+            let counters: [(&str, &str, Counter); 16] = [
                 (
                     "rails_buffered_ops_total",
                     "Writes buffered for a reader.",
@@ -304,6 +304,16 @@ impl Store {
                     "rails_paced_nanoseconds_total",
                     "Time writes waited for their share of a stint.",
                     |c| &c.paced_ns,
+                ),
+                (
+                    "rails_switch_read_waits_total",
+                    "Times the device turned writer and let reads in flight finish first.",
+                    |c| &c.switch_read_waits,
+                ),
+                (
+                    "rails_switch_read_wait_nanoseconds_total",
+                    "Time those waits lasted.",
+                    |c| &c.switch_read_wait_ns,
                 ),
                 (
                     "rails_journal_records_total",
