@@ -16,10 +16,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// Records the instant of every write that reaches the inner device.
+/// Records the instant of every write that reaches the inner device; reads take
+/// `read_delay`.
 struct Recording {
     inner: MemDevice,
     writes: Mutex<Vec<Instant>>,
+    read_delay: Duration,
 }
 
 #[async_trait]
@@ -31,6 +33,9 @@ impl Device for Recording {
         self.inner.store(k, v, m).await
     }
     async fn retrieve(&self, k: &[u8], r: ReadRange) -> railstore_device::Result<Retrieved> {
+        if !self.read_delay.is_zero() {
+            tokio::time::sleep(self.read_delay).await;
+        }
         self.inner.retrieve(k, r).await
     }
     async fn delete(&self, k: &[u8], must: bool) -> railstore_device::Result<bool> {
@@ -74,6 +79,7 @@ async fn run(seed: u64, buffer_bytes: u64, partial: bool) {
             Arc::new(Recording {
                 inner: MemDevice::new(MemConfig::default()).unwrap(),
                 writes: Mutex::new(Vec::new()),
+                read_delay: Duration::ZERO,
             })
         })
         .collect();
@@ -381,53 +387,15 @@ async fn paced_writes_spread_over_the_stint_instead_of_stopping() {
     assert!(full > 0);
 }
 
-/// A device whose reads take `read_delay` and whose writes are recorded.
-struct SlowReads {
-    inner: MemDevice,
-    read_delay: Duration,
-    writes: Mutex<Vec<Instant>>,
-}
-
-#[async_trait]
-impl Device for SlowReads {
-    async fn store(&self, k: &[u8], v: &[u8], m: StoreMode) -> railstore_device::Result<()> {
-        self.writes.lock().unwrap().push(Instant::now());
-        self.inner.store(k, v, m).await
-    }
-    async fn retrieve(&self, k: &[u8], r: ReadRange) -> railstore_device::Result<Retrieved> {
-        tokio::time::sleep(self.read_delay).await;
-        self.inner.retrieve(k, r).await
-    }
-    async fn delete(&self, k: &[u8], must: bool) -> railstore_device::Result<bool> {
-        self.writes.lock().unwrap().push(Instant::now());
-        self.inner.delete(k, must).await
-    }
-    async fn exist(&self, keys: &[&[u8]]) -> railstore_device::Result<Vec<bool>> {
-        self.inner.exist(keys).await
-    }
-    async fn iterate(&self, req: &IterRequest) -> railstore_device::Result<IterBatch> {
-        self.inner.iterate(req).await
-    }
-    async fn info(&self) -> railstore_device::Result<DeviceInfo> {
-        self.inner.info().await
-    }
-    async fn sync(&self) -> railstore_device::Result<()> {
-        self.inner.sync().await
-    }
-    fn limits(&self) -> Limits {
-        self.inner.limits()
-    }
-}
-
 /// Device 0 reads in [0, 100 ms) and writes in [100, 200 ms). A read sent to it at 95 ms that
 /// takes `read_ms`: returns when its device writes first, and how many switch waits it counted.
 async fn first_write_after_a_late_read(read_ms: u64) -> (Duration, u64) {
-    let devices: Vec<Arc<SlowReads>> = (0..2)
+    let devices: Vec<Arc<Recording>> = (0..2)
         .map(|_| {
-            Arc::new(SlowReads {
+            Arc::new(Recording {
                 inner: MemDevice::new(MemConfig::default()).unwrap(),
-                read_delay: Duration::from_millis(read_ms),
                 writes: Mutex::new(Vec::new()),
+                read_delay: Duration::from_millis(read_ms),
             })
         })
         .collect();
