@@ -733,12 +733,11 @@ impl Target {
 
     async fn get(&self, key: &[u8]) -> Result<Vec<u8>> {
         Ok(match self {
-            Target::Raw(d) => {
-                d[Self::raw_device(d, key)]
-                    .retrieve(key, ReadRange::ALL)
-                    .await?
-                    .value
-            }
+            Target::Raw(d) => d[Self::raw_device(d, key)]
+                .retrieve(key, ReadRange::ALL)
+                .await?
+                .value
+                .into(),
             Target::Kvmd(m) => m.get(key, ReadRange::ALL).await?.0,
         })
     }

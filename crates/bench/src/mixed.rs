@@ -784,7 +784,7 @@ impl Device for SparseFiller {
             Some(len) => {
                 let (a, b) = r.resolve(len as u64)?;
                 Ok(Retrieved {
-                    value: vec![0; (b - a) as usize],
+                    value: vec![0; (b - a) as usize].into(),
                     value_len: len as u64,
                 })
             }

@@ -64,8 +64,9 @@ impl ReadRange {
 /// What `retrieve` returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Retrieved {
-    /// The requested bytes of the value.
-    pub value: Vec<u8>,
+    /// The requested bytes of the value. Shared, not copied, where the device holds the value
+    /// in memory (`mem`, and `sim` around it): a read then costs no copy of the value.
+    pub value: bytes::Bytes,
     /// The full stored length of the value (SNIA `actual_value_size`).
     pub value_len: u64,
 }

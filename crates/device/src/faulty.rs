@@ -170,7 +170,7 @@ impl Device for FaultyDevice {
                 Some(Some(v)) => {
                     let (s, e) = range.resolve(v.len() as u64)?;
                     return Ok(Retrieved {
-                        value: v[s as usize..e as usize].to_vec(),
+                        value: bytes::Bytes::copy_from_slice(&v[s as usize..e as usize]),
                         value_len: v.len() as u64,
                     });
                 }

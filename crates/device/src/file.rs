@@ -639,7 +639,7 @@ impl Shared {
             });
         }
         Ok(Retrieved {
-            value: value[start as usize..end as usize].to_vec(),
+            value: bytes::Bytes::copy_from_slice(&value[start as usize..end as usize]),
             value_len: loc.value_len as u64,
         })
     }
@@ -661,7 +661,7 @@ impl Shared {
             let (start, end) = range.resolve(loc.value_len as u64)?;
             let v = &rec[(loc.value_offset() - loc.offset) as usize..];
             Ok(Retrieved {
-                value: v[start as usize..end as usize].to_vec(),
+                value: bytes::Bytes::copy_from_slice(&v[start as usize..end as usize]),
                 value_len: loc.value_len as u64,
             })
         };
@@ -1846,7 +1846,7 @@ impl Device for FileDevice {
                 match sh.retrieve_blocking(&key, ReadRange::ALL) {
                     Ok(r) => entries.push(IterEntry {
                         key,
-                        value: Some(r.value),
+                        value: Some(r.value.into()),
                     }),
                     Err(DeviceError::KeyNotFound { .. }) => {}
                     Err(e) => return Err(e),

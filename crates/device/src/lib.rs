@@ -36,6 +36,7 @@ pub use api::{
     iterate_all, CompactStats, Device, DeviceInfo, IterBatch, IterEntry, IterRequest, Limits,
     QueueGate, ReadRange, Retrieved, StoreMode,
 };
+pub use bytes::Bytes;
 pub use error::{DeviceError, Result};
 pub use faulty::{FaultConfig, FaultyDevice};
 pub use file::{

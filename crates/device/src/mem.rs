@@ -7,6 +7,7 @@ use crate::api::{
 use crate::error::{DeviceError, Result};
 use crate::fasthash::{FastMap, MapKey};
 use async_trait::async_trait;
+use bytes::Bytes;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -38,7 +39,7 @@ impl Default for MemConfig {
 /// iteration.
 #[derive(Default)]
 struct MemState {
-    map: FastMap<MapKey, Vec<u8>>,
+    map: FastMap<MapKey, Bytes>,
     order: BTreeMap<Vec<u8>, ()>,
     used_bytes: u64,
 }
@@ -92,12 +93,10 @@ impl Device for MemDevice {
         }
         st.used_bytes = used_after;
         match st.map.get_mut(key) {
-            Some(v) => {
-                v.clear();
-                v.extend_from_slice(value);
-            }
+            Some(v) => *v = Bytes::copy_from_slice(value),
             None => {
-                st.map.insert(MapKey::new(key), value.to_vec());
+                st.map
+                    .insert(MapKey::new(key), Bytes::copy_from_slice(value));
                 st.order.insert(key.to_vec(), ());
             }
         }
@@ -114,7 +113,7 @@ impl Device for MemDevice {
             .ok_or_else(|| DeviceError::KeyNotFound { key: key.to_vec() })?;
         let (start, end) = range.resolve(v.len() as u64)?;
         Ok(Retrieved {
-            value: v[start as usize..end as usize].to_vec(),
+            value: v.slice(start as usize..end as usize),
             value_len: v.len() as u64,
         })
     }
@@ -151,7 +150,7 @@ impl Device for MemDevice {
             .into_iter()
             .map(|(k, ())| IterEntry {
                 key: k.clone(),
-                value: req.with_values.then(|| st.map[k.as_slice()].clone()),
+                value: req.with_values.then(|| st.map[k.as_slice()].to_vec()),
             })
             .collect();
         Ok(IterBatch { entries, more })

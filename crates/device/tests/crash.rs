@@ -56,7 +56,7 @@ impl CrashModel {
             .collect();
         for k in keys {
             let got = match dev.retrieve(&k, ReadRange::ALL).await {
-                Ok(r) => Some(r.value),
+                Ok(r) => Some(r.value.to_vec()),
                 Err(DeviceError::KeyNotFound { .. }) => None,
                 Err(e) => panic!("{ctx}: key {k:?}: {e}"),
             };
@@ -363,7 +363,7 @@ fn kill9_rounds(layout: Layout) {
                 let r = r as u64;
                 for i in 0..=upto + 40 {
                     let got = match dev.retrieve(&key(r, i), ReadRange::ALL).await {
-                        Ok(v) => Some(v.value),
+                        Ok(v) => Some(v.value.to_vec()),
                         Err(DeviceError::KeyNotFound { .. }) => None,
                         Err(e) => panic!("{layout:?} round {r} key {i}: {e}"),
                     };

@@ -94,7 +94,11 @@ async fn fail_stop_and_crash_drop_unsynced_writes() {
     ));
     dev.restart().await;
     assert_eq!(
-        dev.retrieve(b"synced", ReadRange::ALL).await.unwrap().value,
+        dev.retrieve(b"synced", ReadRange::ALL)
+            .await
+            .unwrap()
+            .value
+            .to_vec(),
         b"1"
     );
     assert!(!dev.exist(&[b"unsynced"]).await.unwrap()[0]);

@@ -339,5 +339,5 @@ fn valid_segment_bytes_parse_record_by_record() {
     assert_eq!(&seg[8..12], &11u32.to_le_bytes());
     assert_eq!(&seg[16..24], &1u64.to_le_bytes());
     assert_eq!(&seg[32..37], b"alpha");
-    assert_eq!(decode_record(&seg).unwrap().value, b"first value");
+    assert_eq!(decode_record(&seg).unwrap().value.to_vec(), b"first value");
 }

@@ -338,13 +338,13 @@ async fn compaction_keeps_live_records_behind_a_corrupt_one(layout: Layout) {
         for i in 1..20u32 {
             let got = dev.retrieve(&i.to_be_bytes(), ReadRange::ALL).await;
             assert_eq!(
-                got.unwrap().value,
+                got.unwrap().value.to_vec(),
                 v(i),
                 "{layout:?}: key {i} after round {round}"
             );
         }
         let got = dev.retrieve(&0u32.to_be_bytes(), ReadRange::ALL).await;
-        assert_eq!(got.unwrap().value, v(100));
+        assert_eq!(got.unwrap().value.to_vec(), v(100));
         dev.close_blocking().unwrap();
     }
 }

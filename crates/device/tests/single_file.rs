@@ -42,7 +42,7 @@ fn value(tag: u8, i: u32, len: usize) -> Vec<u8> {
 
 async fn get(dev: &FileDevice, k: &[u8]) -> Option<Vec<u8>> {
     match dev.retrieve(k, ReadRange::ALL).await {
-        Ok(r) => Some(r.value),
+        Ok(r) => Some(r.value.to_vec()),
         Err(DeviceError::KeyNotFound { .. }) => None,
         Err(e) => panic!("key {k:?}: {e}"),
     }

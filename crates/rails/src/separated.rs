@@ -1545,7 +1545,7 @@ impl Device for Separated {
                 let (a, b) = range.resolve(v.len() as u64)?;
                 st.counters.read_bytes.fetch_add(b - a, Ordering::Relaxed);
                 Ok(Retrieved {
-                    value: v[a as usize..b as usize].to_vec(),
+                    value: railstore_device::Bytes::copy_from_slice(&v[a as usize..b as usize]),
                     value_len: v.len() as u64,
                 })
             }

@@ -343,7 +343,11 @@ async fn check_and_rebase(seed: u64, epoch: usize, devs: &[Arc<dyn Device>], mod
                     .map(describe)
                     .collect::<Vec<_>>()
             );
-            let read = dev.retrieve(k, ReadRange::ALL).await.ok().map(|r| r.value);
+            let read = dev
+                .retrieve(k, ReadRange::ALL)
+                .await
+                .ok()
+                .map(|r| r.value.to_vec());
             assert_eq!(
                 read, got,
                 "seed {seed}: device {d} reads differ from listing"
@@ -453,7 +457,7 @@ async fn run(seed: u64, totals: &mut Totals) {
                             .and_then(|m| m.values.last().cloned())
                             .flatten();
                         assert_eq!(
-                            describe(&got.ok().map(|r| r.value)),
+                            describe(&got.ok().map(|r| r.value.to_vec())),
                             describe(&want),
                             "seed {seed} epoch {epoch} op {i}: read of device {d}"
                         );
@@ -589,7 +593,7 @@ async fn a_synced_buffered_write_survives_only_with_the_journal() {
                 assert_eq!(rep.replayed, 0);
             }
             Durability::Journal => {
-                assert_eq!(got.unwrap().value, b"v1");
+                assert_eq!(got.unwrap().value.to_vec(), b"v1");
                 assert_eq!((rep.replayed, rep.records_found), (1, 1), "{rep:?}");
                 assert_eq!(
                     rails.counters(0).journal_replayed.load(Ordering::Relaxed),
@@ -661,7 +665,12 @@ async fn a_stale_journal_record_is_not_replayed_over_a_newer_direct_write() {
     .unwrap();
     assert_eq!((rep.stale, rep.replayed), (1, 0), "{rep:?}");
     assert_eq!(
-        devs[0].retrieve(b"k", ReadRange::ALL).await.unwrap().value,
+        devs[0]
+            .retrieve(b"k", ReadRange::ALL)
+            .await
+            .unwrap()
+            .value
+            .to_vec(),
         b"new"
     );
 }
@@ -710,7 +719,7 @@ async fn a_watermark_taken_mid_flush_skips_no_unflushed_write() {
         let key = format!("k{i:02}");
         let got = devs[0].retrieve(key.as_bytes(), ReadRange::ALL).await;
         assert_eq!(
-            got.unwrap().value,
+            got.unwrap().value.to_vec(),
             vec![i as u8; 100],
             "{key} after {rep:?}"
         );
@@ -765,7 +774,7 @@ async fn a_synced_write_replaced_before_its_flush_is_not_skipped() {
     let got = devs[0]
         .retrieve(b"k", ReadRange::ALL)
         .await
-        .map(|r| r.value);
+        .map(|r| r.value.to_vec());
     assert!(
         matches!(got.as_deref(), Ok(b"synced" | b"unsynced")),
         "{got:?} after {rep:?}"
@@ -814,7 +823,12 @@ async fn a_record_lost_with_its_device_is_journalled_again_at_sync() {
     .unwrap();
     assert_eq!(rep.replayed, 1, "{rep:?}");
     assert_eq!(
-        devs[0].retrieve(b"k", ReadRange::ALL).await.unwrap().value,
+        devs[0]
+            .retrieve(b"k", ReadRange::ALL)
+            .await
+            .unwrap()
+            .value
+            .to_vec(),
         b"v"
     );
 }
@@ -850,7 +864,12 @@ async fn with_no_device_to_journal_on_the_device_takes_the_write() {
     .await
     .unwrap();
     assert_eq!(
-        devs[0].retrieve(b"k", ReadRange::ALL).await.unwrap().value,
+        devs[0]
+            .retrieve(b"k", ReadRange::ALL)
+            .await
+            .unwrap()
+            .value
+            .to_vec(),
         b"v"
     );
 }
@@ -896,7 +915,12 @@ async fn a_replay_does_not_undo_a_write_after_one_that_overtook_the_buffer() {
     .await
     .unwrap();
     assert_eq!(
-        devs[0].retrieve(b"k", ReadRange::ALL).await.unwrap().value,
+        devs[0]
+            .retrieve(b"k", ReadRange::ALL)
+            .await
+            .unwrap()
+            .value
+            .to_vec(),
         vec![3; 10],
         "{rep:?}"
     );

@@ -120,7 +120,7 @@ async fn run(seed: u64, buffer_bytes: u64, partial: bool) {
                     .retrieve(&key, ReadRange::ALL)
                     .await
                     .ok()
-                    .map(|r| r.value);
+                    .map(|r| r.value.to_vec());
                 assert_eq!(
                     got.as_ref(),
                     model[d].get(&key),
@@ -269,7 +269,12 @@ async fn a_failed_device_drops_its_buffer_and_fails_fast() {
     // The other devices go on.
     devs[1].store(b"c", b"v", StoreMode::Upsert).await.unwrap();
     assert_eq!(
-        devs[1].retrieve(b"c", ReadRange::ALL).await.unwrap().value,
+        devs[1]
+            .retrieve(b"c", ReadRange::ALL)
+            .await
+            .unwrap()
+            .value
+            .to_vec(),
         b"v"
     );
 }

@@ -207,7 +207,7 @@ impl DeviceSet {
                 self.counters
                     .retrieve_bytes
                     .fetch_add(value.len() as u64, Ordering::Relaxed);
-                Ok(Some(value))
+                Ok(Some(value.into()))
             }
             Err(DeviceError::KeyNotFound { .. }) => Ok(None),
             Err(e) => Err(e),

@@ -54,7 +54,10 @@ impl Device for Manager {
 
     async fn retrieve(&self, key: &[u8], range: ReadRange) -> railstore_device::Result<Retrieved> {
         let (value, value_len) = self.get(key, range).await?;
-        Ok(Retrieved { value, value_len })
+        Ok(Retrieved {
+            value: value.into(),
+            value_len,
+        })
     }
 
     async fn delete(&self, key: &[u8], must_exist: bool) -> railstore_device::Result<bool> {

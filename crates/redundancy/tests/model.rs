@@ -374,7 +374,7 @@ async fn corrupt_pieces(
             let mut dkey = vec![b'o'];
             dkey.extend_from_slice(k);
             if let Ok(r) = a.mems[d].retrieve(&dkey, ReadRange::ALL).await {
-                let mut bad = r.value;
+                let mut bad = r.value.to_vec();
                 let at = rng.gen_range(0..bad.len());
                 bad[at] ^= 0x40;
                 a.mems[d]

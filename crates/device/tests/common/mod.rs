@@ -135,7 +135,7 @@ pub async fn drive(dev: &dyn Device, model: &mut Model, seed: u64, ops: usize) {
                     let v = model.map.get(&k).ok_or("not found")?;
                     let (s, e) = range.resolve(v.len() as u64).map_err(|e| kind(&e))?;
                     Ok(Retrieved {
-                        value: v[s as usize..e as usize].to_vec(),
+                        value: v[s as usize..e as usize].to_vec().into(),
                         value_len: v.len() as u64,
                     })
                 });
