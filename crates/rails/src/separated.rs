@@ -102,7 +102,8 @@ pub struct RailsConfig {
     pub journal_bytes_max: u64,
     /// How long a device that turns writer lets the reads still in flight on it finish before
     /// it writes (Rails §4.4: a write queued with them could stall them behind a program or
-    /// GC); `Duration::ZERO` writes at once. Meanwhile its writes are buffered.
+    /// GC); `Duration::ZERO` writes at once. Meanwhile its writes are buffered. At most half
+    /// the frame.
     pub switch_read_wait: std::time::Duration,
 }
 
@@ -129,7 +130,7 @@ impl RailsConfig {
             durability: Durability::Journal,
             journal_bytes_max: 512 << 20,
             pace_buffered_writes: true,
-            switch_read_wait: std::time::Duration::from_millis(100),
+            switch_read_wait: std::time::Duration::from_millis(20),
         }
     }
 }
@@ -262,6 +263,10 @@ struct DeviceState {
     /// Reads at the device now, and their wake-up for a flusher waiting on them.
     reads_in_flight: AtomicUsize,
     reads_done: Notify,
+    /// Writes may go straight to the device: false from the flusher's first pass in a
+    /// non-writer stint until the reads in flight at the start of the next writer stint have
+    /// finished (`RailsConfig::switch_read_wait`).
+    writes_released: AtomicBool,
 }
 
 /// Buffered operations a flusher sends to its device at once.
@@ -340,6 +345,13 @@ impl Rails {
                 cfg.schedule.colours
             )));
         }
+        if cfg.switch_read_wait > cfg.schedule.frame / 2 {
+            return Err(DeviceError::Config(format!(
+                "switch_read_wait {:?} is more than half the frame {:?}: a writer stint could \
+                 pass waiting",
+                cfg.switch_read_wait, cfg.schedule.frame
+            )));
+        }
         // With the journal, every device may hold journal records and a watermark.
         let journalled = cfg.separation && cfg.durability == Durability::Journal;
         for (d, dev) in devices.iter().enumerate().filter(|_| journalled) {
@@ -396,6 +408,7 @@ impl Rails {
                     lost: Mutex::new(Vec::new()),
                     reads_in_flight: AtomicUsize::new(0),
                     reads_done: Notify::new(),
+                    writes_released: AtomicBool::new(true),
                 })
             })
             .collect();
@@ -1342,8 +1355,12 @@ async fn flusher(rails: std::sync::Weak<Rails>, d: usize) {
         if writer && !was_writer {
             was_writer = true;
             r.finish_reads(d).await;
+            st.writes_released.store(true, Ordering::SeqCst);
             // Time moved on: look at the roles again.
             continue;
+        }
+        if !writer {
+            st.writes_released.store(false, Ordering::SeqCst);
         }
         was_writer = writer;
         if writer {
@@ -1475,9 +1492,10 @@ impl Separated {
         // older write on this key could be replayed over this one.
         let covered = !journal
             || st.wm_stored.load(Ordering::SeqCst) + 1 >= st.next_tag.load(Ordering::SeqCst);
-        // Reads still at the device go first (`RailsConfig::switch_read_wait`).
-        let reads_done = st.reads_in_flight.load(Ordering::SeqCst) == 0;
-        if role == Role::Writer && b.is_empty() && covered && reads_done {
+        // At the start of a writer stint, reads still at the device go first
+        // (`RailsConfig::switch_read_wait`).
+        let released = st.writes_released.load(Ordering::SeqCst);
+        if role == Role::Writer && b.is_empty() && covered && released {
             st.counters.direct_ops.fetch_add(1, Ordering::Relaxed);
             return Placed::Direct;
         }

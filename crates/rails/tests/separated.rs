@@ -393,8 +393,9 @@ async fn paced_writes_spread_over_the_stint_instead_of_stopping() {
 }
 
 /// Device 0 reads in [0, 100 ms) and writes in [100, 200 ms). A read sent to it at 95 ms that
-/// takes `read_ms`: returns when its device writes first, and how many switch waits it counted.
-async fn first_write_after_a_late_read(read_ms: u64) -> (Duration, u64) {
+/// takes `read_ms`: returns when its device writes first, how many switch waits it counted,
+/// and whether a write at 160 ms, after the wait, went straight to the device.
+async fn first_write_after_a_late_read(read_ms: u64) -> (Duration, u64, bool) {
     let devices: Vec<Arc<Recording>> = (0..2)
         .map(|_| {
             Arc::new(Recording {
@@ -442,6 +443,19 @@ async fn first_write_after_a_late_read(read_ms: u64) -> (Duration, u64) {
         .store(b"b", b"direct", StoreMode::Upsert)
         .await
         .unwrap();
+    tokio::time::sleep_until(t0 + Duration::from_millis(160)).await;
+    let direct = || {
+        rails
+            .counters(0)
+            .direct_ops
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let before = direct();
+    devs[0]
+        .store(b"c", b"later", StoreMode::Upsert)
+        .await
+        .unwrap();
+    let direct_after_wait = direct() == before + 1;
     tokio::time::sleep_until(t0 + Duration::from_millis(190)).await;
     assert!(read.is_finished() || read_ms > 95);
     let first = *devices[0]
@@ -454,23 +468,44 @@ async fn first_write_after_a_late_read(read_ms: u64) -> (Duration, u64) {
         .counters(0)
         .switch_read_waits
         .load(std::sync::atomic::Ordering::Relaxed);
-    (first - t0, waits)
+    (first - t0, waits, direct_after_wait)
 }
 
 #[tokio::test(start_paused = true)]
 async fn reads_in_flight_at_a_switch_finish_before_the_device_writes() {
     // The read ends at 125 ms; the device turned writer at 100 ms and waits for it.
-    let (first, waits) = first_write_after_a_late_read(30).await;
+    let (first, waits, direct) = first_write_after_a_late_read(30).await;
     assert!(
         first >= Duration::from_millis(125) && first < Duration::from_millis(130),
         "first write at {first:?}"
     );
     assert_eq!(waits, 1);
-    // A read that outlasts the bound (50 ms) does not hold the writer longer.
-    let (first, waits) = first_write_after_a_late_read(300).await;
+    assert!(direct, "a write after the wait was buffered");
+    // A read that outlasts the bound (50 ms) does not hold the writer longer, nor later writes.
+    let (first, waits, direct) = first_write_after_a_late_read(300).await;
     assert!(
         first >= Duration::from_millis(150) && first < Duration::from_millis(155),
         "first write at {first:?}"
     );
     assert_eq!(waits, 1);
+    assert!(
+        direct,
+        "a write after the bound was buffered behind a slow read"
+    );
+    // The bound must leave most of a stint for writing.
+    let cfg = RailsConfig {
+        switch_read_wait: Duration::from_millis(60),
+        ..RailsConfig::new(ScheduleConfig {
+            colours: 2,
+            frame: Duration::from_millis(100),
+            window_min: 1,
+            window_max: 1,
+            guard: Duration::from_millis(10),
+        })
+    };
+    let devs: Vec<Arc<dyn Device>> = (0..2)
+        .map(|_| Arc::new(MemDevice::new(MemConfig::default()).unwrap()) as Arc<dyn Device>)
+        .collect();
+    let e = Rails::new(cfg, devs, vec![0, 1]).err().expect("accepted");
+    assert!(e.to_string().contains("half the frame"), "{e}");
 }

@@ -305,7 +305,11 @@ impl Manager {
         inner.check_key(key)?;
         let place = inner.layout.place(key);
         let hint = inner.cached(key).map(|m| m.mechanism);
-        let first = match inner.overlapping(key) {
+        let overlapping = inner.overlapping(key);
+        // Only what the devices hold goes into the metadata cache: a write in progress may
+        // still fail.
+        let from_devices = overlapping.is_none();
+        let first = match overlapping {
             Some(Writing::Put(r)) => r,
             Some(Writing::Delete) => return Err(RedundancyError::NotFound { key: key.to_vec() }),
             None => match inner.fast_segment(key, 0, &place, hint, None).await {
@@ -374,15 +378,17 @@ impl Manager {
                 ),
             });
         }
-        inner.remember(
-            key,
-            ObjectMeta {
-                mechanism: first.mechanism,
-                version: first.version,
-                len: first.object_len,
-                segments: first.segment_count,
-            },
-        );
+        if from_devices {
+            inner.remember(
+                key,
+                ObjectMeta {
+                    mechanism: first.mechanism,
+                    version: first.version,
+                    len: first.object_len,
+                    segments: first.segment_count,
+                },
+            );
+        }
         Ok((out, first.object_len))
     }
 
@@ -579,8 +585,9 @@ impl Inner {
     /// separation may hold pieces of both versions, too few of either to decode, and only the
     /// careful path (which reads every device, writers too) would resolve them. Answering with
     /// the write's outcome is what a read just after it returns; reads stay monotonic because
-    /// every read of the key asks here first. If the write fails, later reads see what its
-    /// pieces decode to, as any failed write leaves.
+    /// every read of the key asks here first, for writes that succeed. A write that fails after
+    /// a read saw it leaves what its pieces decode to, possibly the old value: that read saw a
+    /// write that did not happen (the price of never reading writers for it).
     fn overlapping(&self, key: &[u8]) -> Option<Writing> {
         if self.writing_count.load(Ordering::SeqCst) == 0 {
             return None;
