@@ -62,6 +62,17 @@ impl Device for Recording {
     }
 }
 
+/// Two devices, one reading and one writing, 100 ms frames, 10 ms guard.
+fn two_colours() -> ScheduleConfig {
+    ScheduleConfig {
+        colours: 2,
+        frame: Duration::from_millis(100),
+        window_min: 1,
+        window_max: 1,
+        guard: Duration::from_millis(10),
+    }
+}
+
 fn schedule_config() -> ScheduleConfig {
     ScheduleConfig {
         colours: 3,
@@ -339,13 +350,7 @@ async fn fill_one_stint(pace: bool) -> (u64, u64, u64, u64) {
     let cfg = RailsConfig {
         write_buffer_bytes_max: 256 << 10,
         pace_buffered_writes: pace,
-        ..RailsConfig::new(ScheduleConfig {
-            colours: 2,
-            frame: Duration::from_millis(100),
-            window_min: 1,
-            window_max: 1,
-            guard: Duration::from_millis(10),
-        })
+        ..RailsConfig::new(two_colours())
     };
     let (rails, devs) = Rails::new(cfg, mems, vec![0, 1]).unwrap();
     let t0 = Instant::now();
@@ -408,13 +413,7 @@ async fn first_write_after_a_late_read(read_ms: u64) -> (Duration, u64, bool) {
     let cfg = RailsConfig {
         durability: railstore_rails::Durability::Memory,
         switch_read_wait: Duration::from_millis(50),
-        ..RailsConfig::new(ScheduleConfig {
-            colours: 2,
-            frame: Duration::from_millis(100),
-            window_min: 1,
-            window_max: 1,
-            guard: Duration::from_millis(10),
-        })
+        ..RailsConfig::new(two_colours())
     };
     let (rails, devs) = Rails::new(
         cfg,
@@ -495,13 +494,7 @@ async fn reads_in_flight_at_a_switch_finish_before_the_device_writes() {
     // The bound must leave most of a stint for writing.
     let cfg = RailsConfig {
         switch_read_wait: Duration::from_millis(60),
-        ..RailsConfig::new(ScheduleConfig {
-            colours: 2,
-            frame: Duration::from_millis(100),
-            window_min: 1,
-            window_max: 1,
-            guard: Duration::from_millis(10),
-        })
+        ..RailsConfig::new(two_colours())
     };
     let devs: Vec<Arc<dyn Device>> = (0..2)
         .map(|_| Arc::new(MemDevice::new(MemConfig::default()).unwrap()) as Arc<dyn Device>)
