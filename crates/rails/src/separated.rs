@@ -1341,8 +1341,6 @@ async fn window_controller(rails: std::sync::Weak<Rails>) {
 async fn flusher(rails: std::sync::Weak<Rails>, d: usize) {
     // The frame in which this device last compacted: once per writer stint is enough.
     let mut compacted_in: Option<u64> = None;
-    // Whether the device was a writer at the last pass: a new stint first lets reads finish.
-    let mut was_writer = false;
     loop {
         let Some(r) = rails.upgrade() else { return };
         let st = r.devices[d].clone();
@@ -1352,8 +1350,8 @@ async fn flusher(rails: std::sync::Weak<Rails>, d: usize) {
             .with_schedule(|s| (s.frame_at(now), s.next_change(now)));
         let mut failed_now = false;
         let writer = r.role(d) == Role::Writer;
-        if writer && !was_writer {
-            was_writer = true;
+        if writer && !st.writes_released.load(Ordering::SeqCst) {
+            // A new writer stint: reads still at the device go first.
             r.finish_reads(d).await;
             st.writes_released.store(true, Ordering::SeqCst);
             // Time moved on: look at the roles again.
@@ -1362,7 +1360,6 @@ async fn flusher(rails: std::sync::Weak<Rails>, d: usize) {
         if !writer {
             st.writes_released.store(false, Ordering::SeqCst);
         }
-        was_writer = writer;
         if writer {
             let check = {
                 let r = r.clone();

@@ -265,7 +265,7 @@ impl Manager {
                 object_len: value.len() as u64,
                 version,
             };
-            let written = if s == 0 {
+            let _writing = (s == 0).then(|| {
                 let resolved = Resolved {
                     mechanism: mech,
                     version,
@@ -274,12 +274,9 @@ impl Manager {
                     set: None,
                     data: data.to_vec(),
                 };
-                let _writing = inner.writing(key, Writing::Put(resolved));
-                inner.write_segment(key, &place, mech, head, data).await
-            } else {
-                inner.write_segment(key, &place, mech, head, data).await
-            };
-            written?;
+                inner.writing(key, Writing::Put(resolved))
+            });
+            inner.write_segment(key, &place, mech, head, data).await?;
             if s + 1 == segments && segments > 1 {
                 inner.sync_positions(&place, mech.pieces()).await?;
             }
