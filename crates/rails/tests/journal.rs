@@ -275,6 +275,15 @@ impl KeyModel {
 
 type Model = Vec<BTreeMap<Vec<u8>, KeyModel>>;
 
+/// The whole value of `key` on `dev`, which must hold it.
+async fn value_of(dev: &Arc<dyn Device>, key: &[u8]) -> Vec<u8> {
+    dev.retrieve(key, ReadRange::ALL)
+        .await
+        .unwrap()
+        .value
+        .to_vec()
+}
+
 fn describe(v: &Option<Vec<u8>>) -> String {
     match v {
         None => "absent".into(),
@@ -664,15 +673,7 @@ async fn a_stale_journal_record_is_not_replayed_over_a_newer_direct_write() {
     .await
     .unwrap();
     assert_eq!((rep.stale, rep.replayed), (1, 0), "{rep:?}");
-    assert_eq!(
-        devs[0]
-            .retrieve(b"k", ReadRange::ALL)
-            .await
-            .unwrap()
-            .value
-            .to_vec(),
-        b"new"
-    );
+    assert_eq!(value_of(&devs[0], b"k").await, b"new");
 }
 
 /// A device flushing a long backlog takes a checkpoint half way and the power fails right
@@ -822,15 +823,7 @@ async fn a_record_lost_with_its_device_is_journalled_again_at_sync() {
     .await
     .unwrap();
     assert_eq!(rep.replayed, 1, "{rep:?}");
-    assert_eq!(
-        devs[0]
-            .retrieve(b"k", ReadRange::ALL)
-            .await
-            .unwrap()
-            .value
-            .to_vec(),
-        b"v"
-    );
+    assert_eq!(value_of(&devs[0], b"k").await, b"v");
 }
 
 /// With no other healthy device to journal on, the device takes the write (and its backlog)
@@ -863,15 +856,7 @@ async fn with_no_device_to_journal_on_the_device_takes_the_write() {
     )
     .await
     .unwrap();
-    assert_eq!(
-        devs[0]
-            .retrieve(b"k", ReadRange::ALL)
-            .await
-            .unwrap()
-            .value
-            .to_vec(),
-        b"v"
-    );
+    assert_eq!(value_of(&devs[0], b"k").await, b"v");
 }
 
 /// A write that overtakes a full buffer (partial separation) leaves the buffer empty; a later
@@ -914,16 +899,7 @@ async fn a_replay_does_not_undo_a_write_after_one_that_overtook_the_buffer() {
     )
     .await
     .unwrap();
-    assert_eq!(
-        devs[0]
-            .retrieve(b"k", ReadRange::ALL)
-            .await
-            .unwrap()
-            .value
-            .to_vec(),
-        vec![3; 10],
-        "{rep:?}"
-    );
+    assert_eq!(value_of(&devs[0], b"k").await, vec![3; 10], "{rep:?}");
 }
 
 /// Rails' keys are hidden and refused; values shrink by what a journal record adds.
