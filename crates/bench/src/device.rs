@@ -313,6 +313,29 @@ struct Totals {
     write: Histogram<u64>,
 }
 
+impl Totals {
+    fn new() -> Totals {
+        Totals {
+            all: hist(),
+            read: hist(),
+            write: hist(),
+        }
+    }
+}
+
+/// Takes the tasks' shared totals once they are done, with reads and writes merged into
+/// `all`; syncs the device after writes, which count only once durable (as fio's end_fsync
+/// would have them).
+async fn finish(dev: &dyn Device, totals: &std::sync::Mutex<Totals>) -> anyhow::Result<Totals> {
+    let mut t = std::mem::replace(&mut *totals.lock().expect("totals lock"), Totals::new());
+    t.all.add(&t.read).ok();
+    t.all.add(&t.write).ok();
+    if !t.write.is_empty() {
+        dev.sync().await?;
+    }
+    Ok(t)
+}
+
 fn hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("histogram bounds")
 }
@@ -337,11 +360,7 @@ async fn measure(
     let deadline = start + duration;
     // One set of histograms for all tasks: per-task ones (3 × 64 of them at qd 64, each
     // hundreds of KiB) missed the cache on most records and cost ~10 % of a simulated read.
-    let totals = Arc::new(std::sync::Mutex::new(Totals {
-        all: hist(),
-        read: hist(),
-        write: hist(),
-    }));
+    let totals = Arc::new(std::sync::Mutex::new(Totals::new()));
     let mut tasks = tokio::task::JoinSet::new();
     for t in 0..args.qd.max(1) {
         let (dev, issued, stop, progress, totals) = (
@@ -404,20 +423,7 @@ async fn measure(
     while let Some(r) = tasks.join_next().await {
         r.context("benchmark task panicked")??;
     }
-    let mut tot = std::mem::replace(
-        &mut *totals.lock().expect("totals lock"),
-        Totals {
-            all: hist(),
-            read: hist(),
-            write: hist(),
-        },
-    );
-    tot.all.add(&tot.read).ok();
-    tot.all.add(&tot.write).ok();
-    if !tot.write.is_empty() {
-        // Writes count only once durable, as fio's end_fsync would have them.
-        dev.sync().await?;
-    }
+    let tot = finish(dev.as_ref(), &totals).await?;
     Ok((tot, start.elapsed().as_secs_f64() / dilation as f64))
 }
 
@@ -434,11 +440,7 @@ async fn measure_open_loop(
     let secs = args.duration.unwrap_or(10.0).min(1e9);
     let ops_max = args.ops.unwrap_or((secs * rate) as u64);
     let slots = Arc::new(tokio::sync::Semaphore::new(args.qd.max(1)));
-    let totals = Arc::new(std::sync::Mutex::new(Totals {
-        all: hist(),
-        read: hist(),
-        write: hist(),
-    }));
+    let totals = Arc::new(std::sync::Mutex::new(Totals::new()));
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     let mut value = vec![0u8; args.value_size];
     rng.fill(&mut value[..]);
@@ -487,19 +489,7 @@ async fn measure_open_loop(
     while let Some(r) = tasks.join_next().await {
         r.context("benchmark task panicked")??;
     }
-    let mut t = std::mem::replace(
-        &mut *totals.lock().expect("totals lock"),
-        Totals {
-            all: hist(),
-            read: hist(),
-            write: hist(),
-        },
-    );
-    t.all.add(&t.read).ok();
-    t.all.add(&t.write).ok();
-    if !t.write.is_empty() {
-        dev.sync().await?;
-    }
+    let t = finish(dev.as_ref(), &totals).await?;
     Ok((t, start.elapsed().as_secs_f64() / dilation as f64))
 }
 

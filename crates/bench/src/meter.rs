@@ -107,27 +107,23 @@ impl CpuSample {
 
 /// CPU time of the whole process, all threads, in seconds.
 pub fn process_cpu_seconds() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return 0.0;
-    }
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    cpu_seconds(libc::CLOCK_PROCESS_CPUTIME_ID)
 }
 
 /// CPU time of the calling thread, in seconds: unlike wall time it does not grow while other
 /// processes hold the core.
 pub fn thread_cpu_seconds() -> f64 {
+    cpu_seconds(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// Seconds on a CPU-time clock (0 where it cannot be read).
+fn cpu_seconds(clock: libc::clockid_t) -> f64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes one timespec through a valid pointer.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
     if rc != 0 {
         return 0.0;
     }
