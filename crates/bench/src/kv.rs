@@ -40,6 +40,7 @@ use railstore_device::{
 use railstore_redundancy::{
     Manager, ManagerConfig, Mechanism, Policy, RepairOptions, RepairProgress,
 };
+use railstore_store::array::{assemble, pass_through};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
@@ -1259,6 +1260,12 @@ fn run_kv(args: &KvBenchArgs, print: bool) -> Result<Vec<KvRow>> {
     result.map(|()| rows)
 }
 
+/// A manager over `devices` through the one array path (no separation here).
+async fn open_manager(devices: Vec<Arc<dyn Device>>, config: ManagerConfig) -> Result<Manager> {
+    let rails = pass_through(config.width());
+    Ok(assemble(devices, rails, config, &[]).await?.manager)
+}
+
 async fn measure_scheme(
     args: &KvBenchArgs,
     plan: &KvPlan,
@@ -1268,7 +1275,7 @@ async fn measure_scheme(
 ) -> Result<Vec<KvRow>> {
     let target = match &scheme.config {
         None => Target::Raw(array.devices()),
-        Some(c) => Target::Kvmd(Manager::open(array.devices(), c.clone()).await?),
+        Some(c) => Target::Kvmd(open_manager(array.devices(), c.clone()).await?),
     };
     let ctx = Arc::new(Ctx {
         target,
@@ -2134,7 +2141,7 @@ async fn rebuild_once(
     copy: &FullCopy,
 ) -> Result<(RebuildRow, Array)> {
     let config = scheme.config.clone().expect("checked: a manager scheme");
-    let manager = Manager::open(array.devices(), config).await?;
+    let manager = open_manager(array.devices(), config).await?;
     let ctx = Arc::new(Ctx {
         target: Target::Kvmd(manager.clone()),
         sizes: sizes.clone(),

@@ -44,6 +44,7 @@ use tokio::time::Instant;
 
 use crate::device::sim_config;
 use crate::plot::{human_bytes, Chart, Series, XAxis};
+use railstore_store::array::{assemble, pass_through};
 
 // ---------------------------------------------------------------------------------------------
 // Options
@@ -1451,7 +1452,9 @@ async fn run_mode(plan: &Plan, mode: Mode, quiet: bool) -> Result<RunReport> {
     let raw: Vec<Arc<dyn Device>> = sims.iter().map(|s| s.clone() as Arc<dyn Device>).collect();
     let config = plan.manager_config();
     {
-        let loader = Manager::open(raw.clone(), config.clone()).await?;
+        let loader = assemble(raw.clone(), pass_through(plan.colours), config.clone(), &[])
+            .await?
+            .manager;
         let p = bar(quiet, Some(plan.objects), &label("load"));
         let seed = plan.seed;
         let size = plan.request_bytes;
@@ -1496,26 +1499,20 @@ async fn run_mode(plan: &Plan, mode: Mode, quiet: bool) -> Result<RunReport> {
         },
         ..RailsConfig::new(schedule)
     };
-    let (rails, wrapped) = Rails::new(
-        rails_cfg,
+    let array = assemble(
         probes
             .iter()
             .map(|p| p.clone() as Arc<dyn Device>)
             .collect(),
-        colour_of.clone(),
-    )?;
+        rails_cfg,
+        config,
+        &[],
+    )
+    .await?;
+    let (rails, manager) = (array.rails, array.manager);
     for p in &probes {
         let _ = p.rails.set(Arc::downgrade(&rails));
     }
-    let manager = Manager::open(wrapped, config).await?;
-    for (d, &c) in colour_of.iter().enumerate() {
-        ensure!(
-            manager.layout().colour_of(d) == c,
-            "device {d}: the manager's layout gives colour {}, rails was given {c}",
-            manager.layout().colour_of(d)
-        );
-    }
-    manager.devices().set_read_plan(rails.read_plan());
     // 4. Warm the metadata cache: one read of every key (not measured).
     if !plan.cold_cache {
         let p = bar(quiet, Some(plan.objects), &label("warm-up"));

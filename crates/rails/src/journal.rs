@@ -26,6 +26,9 @@ pub const RESERVED_KEY_BYTE: u8 = 0xFF;
 pub const JOURNAL_KEY_PREFIX: [u8; 2] = [RESERVED_KEY_BYTE, b'j'];
 /// Prefix of watermark keys.
 pub const WATERMARK_KEY_PREFIX: [u8; 2] = [RESERVED_KEY_BYTE, b'w'];
+/// The key of the array identity record the array opener (`store`) keeps on each raw device;
+/// rails never writes it and hides it like its own keys.
+pub const IDENTITY_KEY: [u8; 2] = [RESERVED_KEY_BYTE, b'i'];
 /// Length of a journal record key.
 pub const JOURNAL_KEY_BYTES: usize = 14;
 /// Length of a watermark key.

@@ -629,6 +629,13 @@ impl Rails {
         self.devices[d].failed.load(Ordering::SeqCst)
     }
 
+    /// Takes device `d` out of service: nothing is buffered for it, replayed onto it or read
+    /// from it until a rebuild replaces it. For a start with a device known to be stale or
+    /// missing; call it before [`Rails::recover`].
+    pub fn mark_failed(&self, d: usize) {
+        self.fail_device(d);
+    }
+
     /// Device `d` failed: drops its buffer, so writers never wait on it, and the journal around
     /// it (its own records are of no more use; those it held for others went with it).
     fn fail_device(&self, d: usize) {

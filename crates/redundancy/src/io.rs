@@ -41,9 +41,14 @@ pub struct DeviceSet {
     failed: Vec<AtomicBool>,
     rebuilding: Vec<AtomicBool>,
     plan: RwLock<Arc<dyn ReadPlan>>,
+    /// Told when a device is first marked failed, before the operation that found it returns.
+    on_failure: RwLock<Option<FailureListener>>,
     /// Operation counters.
     pub counters: IoCounters,
 }
+
+/// Called with a device's index when it is marked failed (to record it durably).
+pub type FailureListener = Arc<dyn Fn(usize) + Send + Sync>;
 
 impl DeviceSet {
     /// Wraps the array's devices, all healthy.
@@ -54,6 +59,7 @@ impl DeviceSet {
             failed: (0..n).map(|_| AtomicBool::new(false)).collect(),
             rebuilding: (0..n).map(|_| AtomicBool::new(false)).collect(),
             plan: RwLock::new(Arc::new(AnyHealthy)),
+            on_failure: RwLock::new(None),
             counters: IoCounters::default(),
         }
     }
@@ -82,7 +88,16 @@ impl DeviceSet {
     pub fn mark_failed(&self, d: usize) {
         if !self.failed[d].swap(true, Ordering::SeqCst) {
             tracing::warn!(device = d, "device marked failed");
+            let listener = self.on_failure.read().unwrap().clone();
+            if let Some(f) = listener {
+                f(d);
+            }
         }
+    }
+
+    /// Calls `listener` whenever a device is first marked failed.
+    pub fn on_failure(&self, listener: FailureListener) {
+        *self.on_failure.write().unwrap() = Some(listener);
     }
 
     /// Whether device `d` is failed.

@@ -2,13 +2,16 @@
 //! separation below it. [`Store::open`] composes devices, placement, redundancy and rails; the
 //! `s3` crate speaks S3 on top. See `docs/store.md`.
 
+pub mod array;
 pub mod config;
 mod devices;
 pub mod error;
+mod identity;
 mod listing;
 mod load;
 pub mod metrics;
 pub mod multipart;
+mod open;
 mod record;
 mod repair;
 mod store;
@@ -16,6 +19,7 @@ pub mod types;
 
 pub use config::{DeviceKind, DevicesConfig, SeparationConfig, StoreConfig, EXAMPLE_TOML};
 pub use error::{Result, StoreError};
+pub use identity::{DeviceHealth, NotCurrent};
 pub use load::LoadReport;
 pub use metrics::{DeviceStatus, StoreStatus};
 pub use multipart::{multipart_etag, PART_NUMBER_MAX};

@@ -53,6 +53,10 @@ pub struct DeviceStatus {
     pub healthy: bool,
     /// Why it is not, when it is not.
     pub error: Option<String>,
+    /// The state the array records for it (`ok`, `failed`, `rebuilding`); `None` for memory
+    /// devices.
+    #[serde(default)]
+    pub recorded: Option<crate::identity::DeviceHealth>,
 }
 
 /// The whole store as `railstore status` shows it.
@@ -64,6 +68,9 @@ pub struct StoreStatus {
     pub policy: String,
     /// Separation on.
     pub separation: bool,
+    /// The array's id and epoch (starts so far); `None` for memory devices.
+    #[serde(default)]
+    pub array: Option<(String, u64)>,
     /// Devices.
     pub devices: Vec<DeviceStatus>,
     /// Buckets.
@@ -94,6 +101,7 @@ impl Store {
         for (i, o) in inner.devices.iter().enumerate() {
             let info = o.device.info().await;
             let failed = inner.manager.devices().is_failed(i);
+            let recorded = inner.identity.as_ref().map(|id| id.health(i));
             let snap = snaps.as_ref().map(|s| s[i].clone());
             devices.push(DeviceStatus {
                 index: i,
@@ -108,7 +116,12 @@ impl Store {
                 used_bytes: info.as_ref().map_or(0, |i| i.used_bytes),
                 keys: info.as_ref().map_or(0, |i| i.key_count),
                 healthy: !failed && info.is_ok(),
-                error: info.err().map(|e| e.to_string()),
+                error: match (&recorded, info) {
+                    (Some((_, Some(why))), _) => Some(why.clone()),
+                    (_, Err(e)) => Some(e.to_string()),
+                    _ => None,
+                },
+                recorded: recorded.map(|(h, _)| h),
             });
         }
         let st = inner.state.read().unwrap();
@@ -116,6 +129,10 @@ impl Store {
             data_dir: inner.config.data_dir.display().to_string(),
             policy: policy_text(&inner.manager.config().policy),
             separation: inner.rails.is_some(),
+            array: inner
+                .identity
+                .as_ref()
+                .map(|id| (id.array_id(), id.epoch())),
             devices,
             buckets: st.buckets.len(),
             objects: st.buckets.values().map(|b| b.objects.len() as u64).sum(),

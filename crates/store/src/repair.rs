@@ -3,6 +3,7 @@
 
 use crate::config::StoreConfig;
 use crate::error::{Result, StoreError};
+use crate::identity::DeviceHealth;
 use crate::store::Store;
 use railstore_redundancy::{RepairOptions, RepairProgress, RepairReport};
 use std::sync::Arc;
@@ -15,7 +16,9 @@ impl Store {
         options: RepairOptions,
         progress: Arc<RepairProgress>,
     ) -> Result<RepairReport> {
-        Ok(self.inner.manager.scrub(options, progress).await?)
+        let report = self.inner.manager.scrub(options, progress).await?;
+        self.scrub_done();
+        Ok(report)
     }
 
     /// Rebuilds device `device` of a stopped store onto an empty device at its place: its old
@@ -37,12 +40,27 @@ impl Store {
         }
         config.separation = None;
         let store = Store::open_array(config, Some(device)).await?;
+        let identity = store.inner.identity.clone();
+        if let Some(id) = &identity {
+            // A rebuild cut off leaves the device out of service: the next start does not
+            // take a half-rebuilt device for a current one.
+            id.set_health(
+                device,
+                DeviceHealth::Rebuilding,
+                Some("rebuild started".into()),
+            )?;
+        }
         let replacement = store.inner.devices[device].device.clone();
         let report = store
             .inner
             .manager
-            .rebuild(device, replacement, options, progress)
+            .rebuild(device, replacement.clone(), options, progress)
             .await?;
+        // Back in service with what could be rebuilt (objects lost elsewhere are reported).
+        store.inner.manager.sync().await?;
+        if let Some(id) = &identity {
+            id.readmit(device, replacement.as_ref()).await?;
+        }
         store.shutdown().await?;
         Ok(report)
     }

@@ -12,8 +12,9 @@
 //! sync makes durable is what `rails` documents for its configuration.
 
 use crate::config::StoreConfig;
-use crate::devices::{device_path, open_device, Opened};
+use crate::devices::Opened;
 use crate::error::{Result, StoreError};
+use crate::identity::ArrayIdentity;
 use crate::listing;
 use crate::metrics::Metrics;
 use crate::record::{
@@ -28,7 +29,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use md5::{Digest, Md5};
 use railstore_device::{ReadRange, StoreMode};
-use railstore_rails::{Rails, RailsConfig, ScheduleConfig};
+use railstore_rails::Rails;
 use railstore_redundancy::{Manager, Mechanism, RedundancyError};
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -39,13 +40,13 @@ use std::time::{Duration, SystemTime};
 /// Longest object key (S3's limit).
 pub const KEY_BYTES_MAX: usize = 1024;
 /// Stripes of the per-record lock table.
-const RECORD_LOCK_STRIPES: usize = 1024;
+pub(crate) const RECORD_LOCK_STRIPES: usize = 1024;
 /// Bytes one read of a chunk fetches at a time.
 const READ_PIECE_BYTES: u64 = 4 << 20;
 /// Records read at once while loading the index.
 pub(crate) const LOAD_CONCURRENCY: usize = 32;
 /// The file in the data folder that says the last shutdown was clean.
-const CLEAN_MARKER: &str = "clean-shutdown";
+pub(crate) const CLEAN_MARKER: &str = "clean-shutdown";
 
 /// An object as the index knows it.
 #[derive(Debug)]
@@ -113,7 +114,7 @@ impl State {
 /// Makes writes durable in groups: a caller takes a ticket after its writes returned; whoever
 /// syncs next covers every ticket taken before its sync began.
 #[derive(Default)]
-struct Committer {
+pub(crate) struct Committer {
     requested: AtomicU64,
     done: AtomicU64,
     lock: tokio::sync::Mutex<()>,
@@ -149,17 +150,22 @@ pub(crate) struct Inner {
     pub rails: Option<Arc<Rails>>,
     pub devices: Vec<Opened>,
     pub state: RwLock<State>,
-    locks: Vec<tokio::sync::Mutex<()>>,
-    bucket_ops: tokio::sync::Mutex<()>,
-    committer: Committer,
+    pub locks: Vec<tokio::sync::Mutex<()>>,
+    pub bucket_ops: tokio::sync::Mutex<()>,
+    pub committer: Committer,
     /// Chunk lists no record names any more, deleted once no reader holds them.
-    garbage: Mutex<Vec<Arc<Vec<ChunkRef>>>>,
+    pub garbage: Mutex<Vec<Arc<Vec<ChunkRef>>>>,
     pub metrics: Metrics,
-    closing: AtomicBool,
+    pub closing: AtomicBool,
     /// Holds the data folder's lock for the store's lifetime.
-    _lock_file: Option<File>,
+    pub lock_file: Option<File>,
+    /// The array's identity and device states (none for memory devices).
+    pub identity: Option<Arc<ArrayIdentity>>,
     /// The last shutdown was not clean: scrub before trusting every piece.
     pub unclean_start: bool,
+    /// A scrub is owed (the start was unclean and no full scrub has finished since): the
+    /// shutdown does not mark the folder clean, so the next start scrubs.
+    pub scrub_owed: AtomicBool,
 }
 
 /// The store. Cheap to clone; clones share everything.
@@ -222,133 +228,6 @@ pub(crate) fn check_key(key: &str) -> Result<()> {
 }
 
 impl Store {
-    /// Opens (or creates) the store the configuration describes: opens the devices, starts
-    /// read/write separation, opens the reliability manager and loads the index. Refuses a data
-    /// folder another process holds, or one made with a different layout.
-    pub async fn open(config: StoreConfig) -> Result<Store> {
-        let store = Store::open_array(config, None).await?;
-        store.load().await?;
-        let weak = Arc::downgrade(&store.inner);
-        tokio::spawn(reaper(weak));
-        Ok(store)
-    }
-
-    /// Opens the devices, separation and the manager, without loading the index. With
-    /// `fresh`, device `fresh` starts empty (its old contents moved aside) for a rebuild.
-    pub(crate) async fn open_array(config: StoreConfig, fresh: Option<usize>) -> Result<Store> {
-        config.validate()?;
-        let n = config.device_count();
-        let lock_file = if config.devices.kind == crate::DeviceKind::Mem {
-            None
-        } else {
-            Some(lock_data_dir(&config)?)
-        };
-        let data_dir = &config.data_dir;
-        let marker = data_dir.join(CLEAN_MARKER);
-        let layout = config.manager.layout(n)?;
-        let layout_file = data_dir.join("layout");
-        let mut existed = false;
-        if lock_file.is_some() {
-            if layout_file.exists() {
-                existed = true;
-                let saved = std::fs::read_to_string(&layout_file)
-                    .map_err(|e| StoreError::io(format!("reading {}", layout_file.display()), e))?;
-                if saved.trim() != layout.encode().trim() {
-                    return Err(StoreError::Config(format!(
-                        "the data folder {} was made with another layout (device count, group \
-                         width or seed); its layout is in {}",
-                        data_dir.display(),
-                        layout_file.display()
-                    )));
-                }
-            } else {
-                std::fs::write(&layout_file, layout.encode())
-                    .map_err(|e| StoreError::io(format!("writing {}", layout_file.display()), e))?;
-            }
-        }
-        let unclean_start = existed && !marker.exists();
-        if marker.exists() {
-            std::fs::remove_file(&marker)
-                .map_err(|e| StoreError::io(format!("removing {}", marker.display()), e))?;
-        }
-        if let Some(d) = fresh {
-            let path = device_path(&config, d);
-            if path.exists() {
-                let aside = path.with_extension(format!(
-                    "replaced-{}",
-                    crate::types::unix_nanos::to_nanos(now()) / 1_000_000_000
-                ));
-                std::fs::rename(&path, &aside)
-                    .map_err(|e| StoreError::io(format!("moving {} aside", path.display()), e))?;
-                tracing::info!(device = d, aside = %aside.display(), "old device contents moved aside");
-            }
-        }
-        let mut devices = Vec::with_capacity(n);
-        for i in 0..n {
-            devices.push(open_device(&config, i)?);
-        }
-        let raw = devices.iter().map(|o| o.device.clone()).collect();
-        let (rails, wrapped) = match &config.separation {
-            Some(s) => {
-                let colours = layout.width();
-                let colour_of = (0..n).map(|d| layout.colour_of(d)).collect();
-                let rails_cfg = RailsConfig {
-                    write_buffer_bytes_max: s.write_buffer_bytes_max,
-                    partial_when_full: s.partial_when_full,
-                    ..RailsConfig::new(ScheduleConfig {
-                        colours,
-                        frame: s.frame,
-                        window_min: s.window,
-                        window_max: s.window,
-                        guard: s.guard,
-                    })
-                };
-                let (rails, wrapped) = Rails::new(rails_cfg, raw, colour_of)
-                    .map_err(|e| StoreError::Config(format!("separation: {e}")))?;
-                // Buffered writes a crash cut off come back from the journal before anything
-                // is read.
-                let r = rails.recover().await.map_err(|source| StoreError::Device {
-                    what: "replaying the separation journal",
-                    source,
-                })?;
-                if r.records_found > 0 {
-                    tracing::info!(
-                        found = r.records_found,
-                        replayed = r.replayed,
-                        stale = r.stale,
-                        corrupt = r.corrupt,
-                        "separation journal replayed"
-                    );
-                }
-                (Some(rails), wrapped)
-            }
-            None => (None, raw),
-        };
-        let manager = Manager::open(wrapped, config.manager.clone()).await?;
-        if let Some(r) = &rails {
-            manager.devices().set_read_plan(r.read_plan());
-        }
-        Ok(Store {
-            inner: Arc::new(Inner {
-                manager,
-                rails,
-                devices,
-                state: RwLock::new(State::default()),
-                locks: (0..RECORD_LOCK_STRIPES)
-                    .map(|_| tokio::sync::Mutex::new(()))
-                    .collect(),
-                bucket_ops: tokio::sync::Mutex::new(()),
-                committer: Committer::default(),
-                garbage: Mutex::new(Vec::new()),
-                metrics: Metrics::default(),
-                closing: AtomicBool::new(false),
-                _lock_file: lock_file,
-                unclean_start,
-                config,
-            }),
-        })
-    }
-
     /// The configuration it runs with.
     pub fn config(&self) -> &StoreConfig {
         &self.inner.config
@@ -906,56 +785,6 @@ impl Store {
         page.objects = objects;
         Ok(page)
     }
-
-    /// Flushes separation buffers, makes everything durable, deletes discarded chunks, closes
-    /// the devices and marks the shutdown clean. Later calls fail with `ShuttingDown`.
-    pub async fn shutdown(&self) -> Result<()> {
-        if self.inner.closing.swap(true, Ordering::SeqCst) {
-            return Err(StoreError::ShuttingDown);
-        }
-        // Let operations that passed the closing check finish their record writes.
-        for l in &self.inner.locks {
-            drop(l.lock().await);
-        }
-        // Deleting the discarded chunks writes too: flush and sync once more after it.
-        for reap in [true, false] {
-            if let Some(r) = &self.inner.rails {
-                r.drain().await.map_err(|source| StoreError::Device {
-                    what: "flushing separation buffers",
-                    source,
-                })?;
-            }
-            self.inner.manager.sync().await?;
-            if reap {
-                self.reap(true).await;
-            }
-        }
-        let files: Vec<_> = self
-            .inner
-            .devices
-            .iter()
-            .filter_map(|o| o.file.clone())
-            .collect();
-        tokio::task::spawn_blocking(move || {
-            for f in files {
-                f.close_blocking()?;
-            }
-            Ok::<_, railstore_device::DeviceError>(())
-        })
-        .await
-        .map_err(|e| StoreError::Config(format!("closing devices: {e}")))?
-        .map_err(|source| StoreError::Device {
-            what: "closing devices",
-            source,
-        })?;
-        if self.inner._lock_file.is_some() {
-            let marker = self.inner.config.data_dir.join(CLEAN_MARKER);
-            std::fs::write(&marker, b"")
-                .map_err(|e| StoreError::io(format!("writing {}", marker.display()), e))?;
-        }
-        tracing::info!("store shut down cleanly");
-        Ok(())
-    }
 }
 
 fn resolve(range: Option<RangeSpec>, size: u64) -> Result<(u64, u64)> {
@@ -1024,7 +853,7 @@ fn chunk_stream(store: Store, chunks: Arc<Vec<ChunkRef>>, start: u64, end: u64) 
 }
 
 /// Deletes discarded chunks in the background.
-async fn reaper(store: std::sync::Weak<Inner>) {
+pub(crate) async fn reaper(store: std::sync::Weak<Inner>) {
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let Some(inner) = store.upgrade() else { return };
@@ -1033,24 +862,4 @@ async fn reaper(store: std::sync::Weak<Inner>) {
         }
         Store { inner }.reap(false).await;
     }
-}
-
-fn lock_data_dir(config: &StoreConfig) -> Result<File> {
-    let dir = &config.data_dir;
-    std::fs::create_dir_all(dir)
-        .map_err(|e| StoreError::io(format!("creating {}", dir.display()), e))?;
-    let path = dir.join("lock");
-    let f = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| StoreError::io(format!("opening {}", path.display()), e))?;
-    f.try_lock().map_err(|_| {
-        StoreError::Config(format!(
-            "the data folder {} is in use by another railstore process",
-            dir.display()
-        ))
-    })?;
-    Ok(f)
 }

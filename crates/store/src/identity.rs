@@ -1,0 +1,407 @@
+//! Durable identity and state of an array's devices.
+//!
+//! The data folder holds `array.json`: the array's id, its *epoch* (bumped at every open) and,
+//! per device, its id and state (`ok`, `failed`, `rebuilding`). Each device holds an identity
+//! record (rails' reserved key [`IDENTITY_KEY`]): array id, position, device id and the epoch
+//! of the last open it took part in. At open every device is checked against the state:
+//!
+//! - another array's device, or a device at the wrong position: refused, with the reason;
+//! - missing, empty, failed or being rebuilt, an image of a device replaced since, or an epoch
+//!   older than the array's (it was away while the array ran, so it missed writes): *not
+//!   current*. Up to the configuration's tolerance the array starts degraded with those devices
+//!   failed (never read, never written) until `railstore rebuild` re-admits them; beyond it the
+//!   open is refused.
+//!
+//! Order of writes: current devices are stamped with the new epoch (and synced) before the
+//! state file names it, so a crash between the two leaves devices one epoch ahead, which counts
+//! as current. A device that fails while the array runs is recorded as failed in the state file
+//! before the operation that found the failure returns.
+
+use crate::error::{Result, StoreError};
+use railstore_device::{Device, ReadRange, StoreMode};
+use railstore_rails::journal::IDENTITY_KEY;
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// The array state file in the data folder.
+pub(crate) const STATE_FILE: &str = "array.json";
+const FORMAT: u32 = 1;
+
+/// What the array knows of one device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceHealth {
+    /// In service.
+    Ok,
+    /// Out of service until rebuilt.
+    Failed,
+    /// Being rebuilt: out of service until the rebuild finishes.
+    Rebuilding,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct DeviceEntry {
+    id: String,
+    health: DeviceHealth,
+    /// Why it is not in service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ArrayState {
+    format: u32,
+    array_id: String,
+    epoch: u64,
+    devices: Vec<DeviceEntry>,
+}
+
+impl ArrayState {
+    /// The record device `d` holds at `epoch`.
+    fn identity_of(&self, d: usize, epoch: u64) -> Identity {
+        Identity {
+            format: FORMAT,
+            array_id: self.array_id.clone(),
+            index: d,
+            device_id: self.devices[d].id.clone(),
+            epoch,
+        }
+    }
+}
+
+/// The record each device holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Identity {
+    format: u32,
+    array_id: String,
+    index: usize,
+    device_id: String,
+    epoch: u64,
+}
+
+fn new_id() -> String {
+    hex::encode(rand::random::<[u8; 16]>())
+}
+
+/// Writes `bytes` to `path` atomically and durably: a temporary file, fsync, rename, fsync of
+/// the folder.
+pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = path.with_extension("tmp");
+    let io = |what: &str, e| StoreError::io(format!("{what} {}", tmp.display()), e);
+    let mut f = std::fs::File::create(&tmp).map_err(|e| io("creating", e))?;
+    f.write_all(bytes).map_err(|e| io("writing", e))?;
+    f.sync_all().map_err(|e| io("syncing", e))?;
+    drop(f);
+    std::fs::rename(&tmp, path)
+        .map_err(|e| StoreError::io(format!("renaming to {}", path.display()), e))?;
+    sync_dir(dir)
+}
+
+/// Makes a rename or unlink in `dir` durable.
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| StoreError::io(format!("syncing folder {}", dir.display()), e))
+}
+
+/// Why a device is not current.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotCurrent {
+    /// Its folder or file was not there.
+    Missing,
+    /// It holds no identity record: empty, or never part of this array.
+    Empty,
+    /// The state file says it is failed or being rebuilt.
+    OutOfService(DeviceHealth, Option<String>),
+    /// An image of a device that was replaced since.
+    Replaced,
+    /// It was away while the array ran (its epoch is older): it missed writes.
+    Stale {
+        /// The last epoch it took part in.
+        epoch: u64,
+        /// The array's.
+        array_epoch: u64,
+    },
+    /// Its identity could not be read.
+    Unreadable(String),
+    /// It is being rebuilt by this open.
+    Replacing,
+}
+
+impl std::fmt::Display for NotCurrent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotCurrent::Missing => write!(f, "missing"),
+            NotCurrent::Empty => write!(f, "empty (no identity record of this array)"),
+            NotCurrent::OutOfService(h, r) => {
+                write!(
+                    f,
+                    "{}",
+                    if *h == DeviceHealth::Failed {
+                        "failed"
+                    } else {
+                        "an unfinished rebuild"
+                    }
+                )?;
+                match r {
+                    Some(r) => write!(f, " ({r})"),
+                    None => Ok(()),
+                }
+            }
+            NotCurrent::Replaced => write!(f, "an old image of a device replaced since"),
+            NotCurrent::Stale { epoch, array_epoch } => write!(
+                f,
+                "stale: last in service at epoch {epoch}, the array is at {array_epoch}, so it \
+                 missed writes"
+            ),
+            NotCurrent::Unreadable(e) => write!(f, "its identity cannot be read: {e}"),
+            NotCurrent::Replacing => write!(f, "being rebuilt"),
+        }
+    }
+}
+
+/// The array's state, kept in its data folder; shared with the failure hook.
+pub(crate) struct ArrayIdentity {
+    path: PathBuf,
+    state: Mutex<ArrayState>,
+}
+
+/// The outcome of checking the devices at open.
+pub(crate) struct Admission {
+    pub identity: Arc<ArrayIdentity>,
+    /// Devices out of service, with why.
+    pub not_current: Vec<(usize, NotCurrent)>,
+}
+
+async fn read_identity(dev: &dyn Device) -> std::result::Result<Option<Identity>, String> {
+    match dev.retrieve(&IDENTITY_KEY, ReadRange::ALL).await {
+        Ok(r) => serde_json::from_slice(&r.value)
+            .map(Some)
+            .map_err(|e| format!("a malformed identity record: {e}")),
+        Err(railstore_device::DeviceError::KeyNotFound { .. }) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+async fn stamp(dev: &dyn Device, id: &Identity) -> Result<()> {
+    let bytes = serde_json::to_vec(id).expect("an identity serialises");
+    let what = "writing a device's identity";
+    dev.store(&IDENTITY_KEY, &bytes, StoreMode::Upsert)
+        .await
+        .map_err(|source| StoreError::Device { what, source })?;
+    dev.sync()
+        .await
+        .map_err(|source| StoreError::Device { what, source })
+}
+
+impl ArrayIdentity {
+    fn save(&self, st: &ArrayState) -> Result<()> {
+        write_durably(
+            &self.path,
+            &serde_json::to_vec_pretty(st).expect("the state serialises"),
+        )
+    }
+
+    /// The array's id.
+    pub fn array_id(&self) -> String {
+        self.state.lock().unwrap().array_id.clone()
+    }
+
+    /// The current epoch.
+    pub fn epoch(&self) -> u64 {
+        self.state.lock().unwrap().epoch
+    }
+
+    /// Device `d`'s recorded health, and why it is out of service.
+    pub fn health(&self, d: usize) -> (DeviceHealth, Option<String>) {
+        let st = self.state.lock().unwrap();
+        (st.devices[d].health, st.devices[d].reason.clone())
+    }
+
+    /// Records device `d` as `health` (durably) unless it is already.
+    pub fn set_health(&self, d: usize, health: DeviceHealth, reason: Option<String>) -> Result<()> {
+        let mut st = self.state.lock().unwrap();
+        if st.devices[d].health == health {
+            return Ok(());
+        }
+        st.devices[d].health = health;
+        st.devices[d].reason = reason;
+        self.save(&st)
+    }
+
+    /// Device `d` was rebuilt onto `dev`: it gets a new id (so an image of the old one is
+    /// never taken for it), is stamped with the current epoch and is back in service.
+    pub async fn readmit(&self, d: usize, dev: &dyn Device) -> Result<()> {
+        let id = new_id();
+        let rec = {
+            let st = self.state.lock().unwrap();
+            Identity {
+                device_id: id.clone(),
+                ..st.identity_of(d, st.epoch)
+            }
+        };
+        stamp(dev, &rec).await?;
+        let mut st = self.state.lock().unwrap();
+        st.devices[d] = DeviceEntry {
+            id,
+            health: DeviceHealth::Ok,
+            reason: None,
+        };
+        self.save(&st)
+    }
+
+    /// Checks `devices` (opened in array order; `existed[d]` says whether device d's folder or
+    /// file was there before opening) against the state in `data_dir`, refuses foreign or
+    /// misplaced devices, and, when at most `tolerance` devices are not current, starts a new
+    /// epoch: the current devices are stamped with it and the others recorded as failed.
+    /// `replacing` is a device this open rebuilds. A data folder without a state file is a new
+    /// array (or one made before identities existed): every device is stamped.
+    pub async fn admit(
+        data_dir: &Path,
+        devices: &[Arc<dyn Device>],
+        existed: &[bool],
+        replacing: Option<usize>,
+        tolerance: usize,
+    ) -> Result<Admission> {
+        let path = data_dir.join(STATE_FILE);
+        let n = devices.len();
+        let saved: Option<ArrayState> = match std::fs::read(&path) {
+            Ok(b) => Some(serde_json::from_slice(&b).map_err(|e| {
+                StoreError::Corrupt(format!("the array state {}: {e}", path.display()))
+            })?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(StoreError::io(format!("reading {}", path.display()), e)),
+        };
+        let mut st = match saved {
+            Some(st) => st,
+            None => {
+                let st = ArrayState {
+                    format: FORMAT,
+                    array_id: new_id(),
+                    epoch: 0,
+                    devices: (0..n)
+                        .map(|_| DeviceEntry {
+                            id: new_id(),
+                            health: DeviceHealth::Ok,
+                            reason: None,
+                        })
+                        .collect(),
+                };
+                // Stamp every device there at epoch 0 first, so the checks below find them
+                // current (a folder made before identities existed, or a new array).
+                for (d, dev) in devices.iter().enumerate() {
+                    if Some(d) == replacing || !existed[d] {
+                        continue;
+                    }
+                    stamp(dev.as_ref(), &st.identity_of(d, 0)).await?;
+                }
+                tracing::info!(array = %st.array_id, devices = n, "array identity created");
+                st
+            }
+        };
+        if st.format != FORMAT || st.devices.len() != n {
+            return Err(StoreError::Config(format!(
+                "the array state {} describes {} devices (format {}); the configuration names {n}",
+                path.display(),
+                st.devices.len(),
+                st.format
+            )));
+        }
+        let mut not_current = Vec::new();
+        for (d, dev) in devices.iter().enumerate() {
+            let entry = &st.devices[d];
+            let why = if Some(d) == replacing {
+                Some(NotCurrent::Replacing)
+            } else if entry.health != DeviceHealth::Ok {
+                Some(NotCurrent::OutOfService(entry.health, entry.reason.clone()))
+            } else if !existed[d] {
+                Some(NotCurrent::Missing)
+            } else {
+                match read_identity(dev.as_ref()).await {
+                    Err(e) => Some(NotCurrent::Unreadable(e)),
+                    Ok(None) => Some(NotCurrent::Empty),
+                    Ok(Some(id)) => {
+                        if id.array_id != st.array_id {
+                            return Err(StoreError::Config(format!(
+                                "device {d} belongs to another array ({}; this one is {}): \
+                                 refusing to use it",
+                                id.array_id, st.array_id
+                            )));
+                        }
+                        if id.index != d {
+                            return Err(StoreError::Config(format!(
+                                "device {d} holds this array's device {}: devices were swapped \
+                                 or reordered; put each back in its place",
+                                id.index
+                            )));
+                        }
+                        if id.device_id != entry.id {
+                            Some(NotCurrent::Replaced)
+                        } else if id.epoch < st.epoch {
+                            Some(NotCurrent::Stale {
+                                epoch: id.epoch,
+                                array_epoch: st.epoch,
+                            })
+                        } else if id.epoch > st.epoch + 1 {
+                            return Err(StoreError::Config(format!(
+                                "device {d} is at epoch {}, ahead of the array state's {} \
+                                 ({}): the state file is older than the devices",
+                                id.epoch,
+                                st.epoch,
+                                path.display()
+                            )));
+                        } else {
+                            None
+                        }
+                    }
+                }
+            };
+            if let Some(w) = why {
+                not_current.push((d, w));
+            }
+        }
+        if not_current.len() > tolerance {
+            let list: Vec<String> = not_current
+                .iter()
+                .map(|(d, w)| format!("device {d}: {w}"))
+                .collect();
+            return Err(StoreError::Config(format!(
+                "{} devices are not current ({}); the configuration tolerates {tolerance}, so \
+                 the array cannot serve without risking old or lost data. Put the right devices \
+                 back, or rebuild them (railstore rebuild --device N) one at a time",
+                not_current.len(),
+                list.join("; ")
+            )));
+        }
+        let epoch = st.epoch + 1;
+        for (d, dev) in devices.iter().enumerate() {
+            if not_current.iter().any(|(x, _)| *x == d) {
+                continue;
+            }
+            stamp(dev.as_ref(), &st.identity_of(d, epoch)).await?;
+        }
+        for (d, why) in &not_current {
+            if *why == NotCurrent::Replacing {
+                continue;
+            }
+            tracing::warn!(device = d, why = %why, "device out of service until rebuilt");
+            if st.devices[*d].health == DeviceHealth::Ok {
+                st.devices[*d].health = DeviceHealth::Failed;
+                st.devices[*d].reason = Some(why.to_string());
+            }
+        }
+        st.epoch = epoch;
+        let identity = ArrayIdentity {
+            path,
+            state: Mutex::new(st),
+        };
+        identity.save(&identity.state.lock().unwrap())?;
+        Ok(Admission {
+            identity: Arc::new(identity),
+            not_current,
+        })
+    }
+}

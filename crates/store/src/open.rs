@@ -1,0 +1,283 @@
+//! Opening and closing a store: the data folder's lock and layout, the devices' identities,
+//! the array (through [`crate::array::assemble`], the one way to put it together), the index;
+//! and the clean shutdown.
+
+use crate::array::{assemble, pass_through};
+use crate::config::{DeviceKind, StoreConfig};
+use crate::devices::{device_path, open_device, Opened};
+use crate::error::{Result, StoreError};
+use crate::identity::{sync_dir, write_durably, ArrayIdentity, DeviceHealth, NotCurrent};
+use crate::metrics::Metrics;
+use crate::store::{reaper, Committer, Inner, State, Store, CLEAN_MARKER, RECORD_LOCK_STRIPES};
+use railstore_device::{Device, MemConfig, MemDevice};
+use railstore_rails::{RailsConfig, ScheduleConfig};
+use std::fs::File;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// The layout file in the data folder.
+const LAYOUT_FILE: &str = "layout";
+
+impl Store {
+    /// Opens (or creates) the store the configuration describes: checks the devices'
+    /// identities, replays the separation journal, opens the reliability manager and loads the
+    /// index. Refuses a data folder another process holds, one made with a different layout,
+    /// and devices that belong elsewhere; starts degraded (with the devices that are not
+    /// current out of service) when the configuration tolerates it.
+    pub async fn open(config: StoreConfig) -> Result<Store> {
+        let store = Store::open_array(config, None).await?;
+        store.load().await?;
+        let weak = Arc::downgrade(&store.inner);
+        tokio::spawn(reaper(weak));
+        Ok(store)
+    }
+
+    /// Opens the array without loading the index. With `fresh`, device `fresh` starts empty
+    /// (its old contents moved aside) for a rebuild.
+    pub(crate) async fn open_array(config: StoreConfig, fresh: Option<usize>) -> Result<Store> {
+        config.validate()?;
+        let n = config.device_count();
+        let persistent = config.devices.kind != DeviceKind::Mem;
+        let lock_file = if persistent {
+            Some(lock_data_dir(&config)?)
+        } else {
+            None
+        };
+        let data_dir = &config.data_dir;
+        let layout = config.manager.layout(n)?;
+        let mut existed = false;
+        if persistent {
+            let layout_file = data_dir.join(LAYOUT_FILE);
+            if layout_file.exists() {
+                existed = true;
+                let saved = std::fs::read_to_string(&layout_file)
+                    .map_err(|e| StoreError::io(format!("reading {}", layout_file.display()), e))?;
+                if saved.trim() != layout.encode().trim() {
+                    return Err(StoreError::Config(format!(
+                        "the data folder {} was made with another layout (device count, group \
+                         width or seed); its layout is in {}",
+                        data_dir.display(),
+                        layout_file.display()
+                    )));
+                }
+            } else {
+                write_durably(&layout_file, layout.encode().as_bytes())?;
+            }
+        }
+        let marker = data_dir.join(CLEAN_MARKER);
+        let unclean_start = existed && !marker.exists();
+        if let Some(d) = fresh {
+            move_aside(&config, d)?;
+        }
+        // A device of a known array whose folder or file is gone is not recreated empty: it
+        // stays out of service until it is rebuilt.
+        let known = persistent && existed;
+        let mut devices = Vec::with_capacity(n);
+        let mut present = Vec::with_capacity(n);
+        for i in 0..n {
+            let there = !known || Some(i) == fresh || device_path(&config, i).exists();
+            present.push(there);
+            devices.push(if there {
+                open_device(&config, i)?
+            } else {
+                absent_device(&config, i)?
+            });
+        }
+        let raw: Vec<Arc<dyn Device>> = devices.iter().map(|o| o.device.clone()).collect();
+        let (identity, failed) = if persistent {
+            let tolerance = config
+                .manager
+                .policy
+                .mechanisms()
+                .iter()
+                .map(|m| m.tolerance())
+                .min()
+                .unwrap_or(0);
+            let a = ArrayIdentity::admit(data_dir, &raw, &present, fresh, tolerance).await?;
+            let failed: Vec<usize> = a
+                .not_current
+                .iter()
+                .filter(|(_, why)| *why != NotCurrent::Replacing)
+                .map(|(d, _)| *d)
+                .collect();
+            (Some(a.identity), failed)
+        } else {
+            (None, Vec::new())
+        };
+        let rails_cfg = match &config.separation {
+            Some(s) => RailsConfig {
+                write_buffer_bytes_max: s.write_buffer_bytes_max,
+                partial_when_full: s.partial_when_full,
+                ..RailsConfig::new(ScheduleConfig {
+                    colours: layout.width(),
+                    frame: s.frame,
+                    window_min: s.window,
+                    window_max: s.window,
+                    guard: s.guard,
+                })
+            },
+            None => pass_through(layout.width()),
+        };
+        let array = assemble(raw, rails_cfg, config.manager.clone(), &failed).await?;
+        if let Some(id) = &identity {
+            // A device that fails while the array runs stays failed across restarts.
+            for d in array.journal.failed_devices.iter() {
+                id.set_health(
+                    *d,
+                    DeviceHealth::Failed,
+                    Some("failed during journal replay".into()),
+                )?;
+            }
+            let id = id.clone();
+            array.manager.devices().on_failure(Arc::new(move |d| {
+                if let Err(e) =
+                    id.set_health(d, DeviceHealth::Failed, Some("failed while serving".into()))
+                {
+                    tracing::error!(device = d, error = %e, "recording a failed device");
+                }
+            }));
+        }
+        // A crash from here on is an unclean shutdown.
+        remove_durably(&marker)?;
+        Ok(Store {
+            inner: Arc::new(Inner {
+                manager: array.manager,
+                rails: config.separation.is_some().then_some(array.rails),
+                devices,
+                state: RwLock::new(State::default()),
+                locks: (0..RECORD_LOCK_STRIPES)
+                    .map(|_| tokio::sync::Mutex::new(()))
+                    .collect(),
+                bucket_ops: tokio::sync::Mutex::new(()),
+                committer: Committer::default(),
+                garbage: Mutex::new(Vec::new()),
+                metrics: Metrics::default(),
+                closing: AtomicBool::new(false),
+                lock_file,
+                identity,
+                unclean_start,
+                scrub_owed: AtomicBool::new(unclean_start),
+                config,
+            }),
+        })
+    }
+
+    /// A full scrub finished: the folder may be marked clean again at shutdown.
+    pub(crate) fn scrub_done(&self) {
+        self.inner.scrub_owed.store(false, Ordering::SeqCst);
+    }
+
+    /// Flushes separation buffers, makes everything durable, deletes discarded chunks, closes
+    /// the devices and, unless a scrub is still owed, marks the shutdown clean. Later calls
+    /// fail with `ShuttingDown`.
+    pub async fn shutdown(&self) -> Result<()> {
+        if self.inner.closing.swap(true, Ordering::SeqCst) {
+            return Err(StoreError::ShuttingDown);
+        }
+        // Let operations that passed the closing check finish their record writes.
+        for l in &self.inner.locks {
+            drop(l.lock().await);
+        }
+        // Deleting the discarded chunks writes too: flush and sync once more after it.
+        for reap in [true, false] {
+            if let Some(r) = &self.inner.rails {
+                r.drain().await.map_err(|source| StoreError::Device {
+                    what: "flushing separation buffers",
+                    source,
+                })?;
+            }
+            self.inner.manager.sync().await?;
+            if reap {
+                self.reap(true).await;
+            }
+        }
+        let files: Vec<_> = self
+            .inner
+            .devices
+            .iter()
+            .filter_map(|o| o.file.clone())
+            .collect();
+        tokio::task::spawn_blocking(move || {
+            for f in files {
+                f.close_blocking()?;
+            }
+            Ok::<_, railstore_device::DeviceError>(())
+        })
+        .await
+        .map_err(|e| StoreError::Config(format!("closing devices: {e}")))?
+        .map_err(|source| StoreError::Device {
+            what: "closing devices",
+            source,
+        })?;
+        if self.inner.lock_file.is_some() {
+            if self.inner.scrub_owed.load(Ordering::SeqCst) {
+                tracing::warn!(
+                    "shut down before the scrub an unclean start owes; the next start scrubs"
+                );
+            } else {
+                write_durably(&self.inner.config.data_dir.join(CLEAN_MARKER), b"")?;
+            }
+        }
+        tracing::info!("store shut down");
+        Ok(())
+    }
+}
+
+/// Moves device `d`'s old contents aside (for a rebuild onto an empty device).
+fn move_aside(config: &StoreConfig, d: usize) -> Result<()> {
+    let path = device_path(config, d);
+    if path.exists() {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |t| t.as_secs());
+        let aside = path.with_extension(format!("replaced-{secs}"));
+        std::fs::rename(&path, &aside)
+            .map_err(|e| StoreError::io(format!("moving {} aside", path.display()), e))?;
+        if let Some(dir) = path.parent() {
+            sync_dir(dir)?;
+        }
+        tracing::info!(device = d, aside = %aside.display(), "old device contents moved aside");
+    }
+    Ok(())
+}
+
+/// A stand-in for a device whose folder or file is gone: it is marked failed before anything
+/// could touch it, and nothing is created where it was.
+fn absent_device(config: &StoreConfig, i: usize) -> Result<Opened> {
+    let mem = MemDevice::new(MemConfig::default())
+        .map_err(|e| StoreError::Config(format!("device {i}: {e}")))?;
+    Ok(Opened {
+        device: Arc::new(mem),
+        file: None,
+        path: Some(device_path(config, i)),
+    })
+}
+
+/// Removes `path` durably (the unlink reaches the disk before anything that relies on it).
+fn remove_durably(path: &std::path::Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => sync_dir(path.parent().unwrap_or(std::path::Path::new("."))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(StoreError::io(format!("removing {}", path.display()), e)),
+    }
+}
+
+fn lock_data_dir(config: &StoreConfig) -> Result<File> {
+    let dir = &config.data_dir;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| StoreError::io(format!("creating {}", dir.display()), e))?;
+    let path = dir.join("lock");
+    let f = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| StoreError::io(format!("opening {}", path.display()), e))?;
+    f.try_lock().map_err(|_| {
+        StoreError::Config(format!(
+            "the data folder {} is in use by another railstore process",
+            dir.display()
+        ))
+    })?;
+    Ok(f)
+}
