@@ -2,6 +2,16 @@
 //! object record naming the chosen parts' chunks (no bytes are copied), then deletes the upload's
 //! records. An object remembers the upload that made it, so a repeated completion with the same
 //! parts returns the same object.
+//!
+//! Lock order. Every operation that changes an upload (a part, the completion, the abort) holds
+//! the upload's own lock (`Upload::op`) from its check that the upload is still open until its
+//! change is in the index, and inside it at most one record lock (`Store::lock`): a part that of
+//! its part record, an abort that of the upload record, a completion that of the object. Nothing
+//! waits for an upload's lock while holding a record lock, so this cannot deadlock. (The upload's
+//! lock is not a record lock: those are striped, and two stripes taken by one task may be the
+//! same one, or taken in opposite orders by two tasks.) So a part cannot replace, nor an abort
+//! discard, a part a completion has picked; and once an upload is completed or aborted, parts and
+//! aborts for it are refused with `NoSuchUpload`.
 
 use crate::error::{Result, StoreError};
 use crate::record::{
@@ -43,7 +53,32 @@ pub(crate) struct Parts {
 pub(crate) struct Upload {
     pub id: Id,
     pub record: UploadRecord,
+    /// Held by every operation that changes the upload (see the lock order above).
+    op: tokio::sync::Mutex<()>,
     pub parts: Mutex<Parts>,
+    /// Test hook: the next completion stops after picking the parts.
+    pause: Mutex<Option<Arc<CompletePause>>>,
+}
+
+/// Test hook: stops a completion of one upload once it has picked the parts, before it writes
+/// the object record, so that tests can run other operations on the upload at that point.
+#[doc(hidden)]
+#[derive(Debug, Default)]
+pub struct CompletePause {
+    reached: tokio::sync::Notify,
+    resume: tokio::sync::Notify,
+}
+
+impl CompletePause {
+    /// Waits until the completion has stopped.
+    pub async fn reached(&self) {
+        self.reached.notified().await
+    }
+
+    /// Lets the completion go on.
+    pub fn resume(&self) {
+        self.resume.notify_one()
+    }
 }
 
 /// The ETag S3 gives a multipart object: MD5 of the parts' MD5s, then `-` and the count.
@@ -116,7 +151,9 @@ impl Store {
                     Arc::new(Upload {
                         id,
                         record,
+                        op: tokio::sync::Mutex::new(()),
                         parts: Mutex::new(Parts::default()),
+                        pause: Mutex::default(),
                     }),
                 );
                 Ok(upload_id)
@@ -179,7 +216,11 @@ impl Store {
         let pkey = part_key(&upload.id, number);
         let res = async {
             self.durable().await?;
+            let _op = upload.op.lock().await;
             let _lock = self.lock(&pkey).await;
+            if upload.parts.lock().unwrap().closed {
+                return Err(StoreError::NoSuchUpload(upload_id.to_string()));
+            }
             self.inner
                 .manager
                 .put(
@@ -190,9 +231,6 @@ impl Store {
                 )
                 .await?;
             let mut parts = upload.parts.lock().unwrap();
-            if parts.closed {
-                return Err(StoreError::NoSuchUpload(upload_id.to_string()));
-            }
             Ok(parts.parts.insert(
                 number,
                 Part {
@@ -255,10 +293,20 @@ impl Store {
         })?;
         let bucket_id = self.bucket_id(bucket)?;
         let rkey = object_key(bucket_id, key);
-        let _lock = self.lock(&rkey).await;
         let upload = match self.upload(bucket, key, upload_id) {
-            Ok((_, u)) => u,
-            Err(StoreError::NoSuchUpload(_)) => {
+            Ok((_, u)) => Some(u),
+            Err(StoreError::NoSuchUpload(_)) => None,
+            Err(e) => return Err(e),
+        };
+        // The upload's lock, then the object's (see the lock order above).
+        let _op = match &upload {
+            Some(u) => Some(u.op.lock().await),
+            None => None,
+        };
+        let _lock = self.lock(&rkey).await;
+        let upload = match upload.as_ref().filter(|u| !u.parts.lock().unwrap().closed) {
+            Some(u) => u,
+            None => {
                 // Completed already with these parts?
                 let st = self.inner.state.read().unwrap();
                 let done = st
@@ -271,13 +319,9 @@ impl Store {
                     None => Err(StoreError::NoSuchUpload(upload_id.to_string())),
                 };
             }
-            Err(e) => return Err(e),
         };
         let chosen: Vec<Part> = {
             let held = upload.parts.lock().unwrap();
-            if held.closed {
-                return Err(StoreError::NoSuchUpload(upload_id.to_string()));
-            }
             let mut chosen = Vec::with_capacity(parts.len());
             for (i, (n, e)) in parts.iter().enumerate() {
                 let p = held.parts.get(n).ok_or_else(|| StoreError::InvalidPart {
@@ -302,6 +346,11 @@ impl Store {
             }
             chosen
         };
+        let pause = upload.pause.lock().unwrap().take();
+        if let Some(p) = pause {
+            p.reached.notify_one();
+            p.resume.notified().await;
+        }
         if let Some(c) = condition {
             c.check(self.current(bucket, key).as_ref(), bucket, key)?;
         }
@@ -345,14 +394,16 @@ impl Store {
             Err(e) => return Err(e),
         };
         // From here the object owns the chosen chunks; the upload's records go, and are gone
-        // durably before anyone can replace the object and discard its chunks.
-        let unused = self.close_upload(bucket, &upload).await;
+        // durably before anyone can replace the object and discard its chunks (the object's
+        // lock is held until then).
+        let unused = self.close_upload(bucket, upload).await;
         let used: std::collections::HashSet<Id> = chosen
             .iter()
             .flat_map(|p| p.chunks.iter().map(|c| c.id))
             .collect();
         self.durable().await?;
         drop(_lock);
+        drop(_op);
         for p in unused {
             let rest: Vec<ChunkRef> = p
                 .chunks
@@ -401,13 +452,33 @@ impl Store {
     pub async fn abort_multipart(&self, bucket: &str, key: &str, upload_id: &str) -> Result<()> {
         self.check_open()?;
         let (_, upload) = self.upload(bucket, key, upload_id)?;
+        let _op = upload.op.lock().await;
         let _lock = self.lock(&upload_key(&upload.id)).await;
+        if upload.parts.lock().unwrap().closed {
+            // Completed or aborted while this waited for the lock.
+            return Err(StoreError::NoSuchUpload(upload_id.to_string()));
+        }
         let parts = self.close_upload(bucket, &upload).await;
         self.durable().await?;
         for p in parts {
             self.discard(p.chunks);
         }
         Ok(())
+    }
+
+    /// Test hook: the next completion of the upload stops once it has picked the parts, until
+    /// the returned pause is resumed.
+    #[doc(hidden)]
+    pub fn pause_next_complete(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<Arc<CompletePause>> {
+        let (_, upload) = self.upload(bucket, key, upload_id)?;
+        let p = Arc::new(CompletePause::default());
+        *upload.pause.lock().unwrap() = Some(p.clone());
+        Ok(p)
     }
 
     /// Uploads in progress in a bucket whose key starts with `prefix`, by key then start time.
@@ -461,7 +532,9 @@ impl Store {
         Some(Upload {
             id,
             record,
+            op: tokio::sync::Mutex::new(()),
             parts: Mutex::new(Parts::default()),
+            pause: Mutex::default(),
         })
     }
 

@@ -489,15 +489,13 @@ impl Store {
             &rec,
             written.inline.as_deref().unwrap_or_default(),
         );
-        if let Err(e) = self
-            .inner
+        // A failed record write discards nothing: some of its pieces may be on the devices, so
+        // recovery may yet roll the record forward, and for a completion the chunks still
+        // belong to the upload's parts. Chunks no record names go at the next start.
+        self.inner
             .manager
             .put(rkey, &value, StoreMode::Upsert, inline_mech)
-            .await
-        {
-            self.discard(Arc::new(written.chunks));
-            return Err(e.into());
-        }
+            .await?;
         let entry = Arc::new(Entry {
             info: rec.info,
             body: Stored::from_ref(rec.body),
