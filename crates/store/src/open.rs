@@ -25,7 +25,25 @@ impl Store {
     /// and devices that belong elsewhere; starts degraded (with the devices that are not
     /// current out of service) when the configuration tolerates it.
     pub async fn open(config: StoreConfig) -> Result<Store> {
-        let store = Store::open_array(config, None).await?;
+        Store::open_loaded(config, None).await
+    }
+
+    /// [`Store::open`] over devices the caller made, in array order (the whole-system
+    /// simulator's fault-injecting devices): `config.devices` is not used, but the data folder
+    /// holds the lock, the layout and the array state as for `file` devices, so the devices'
+    /// identities are checked the same way. A device that lost everything is simply empty.
+    pub async fn open_with_devices(
+        config: StoreConfig,
+        devices: Vec<Arc<dyn Device>>,
+    ) -> Result<Store> {
+        Store::open_loaded(config, Some(devices)).await
+    }
+
+    async fn open_loaded(
+        config: StoreConfig,
+        injected: Option<Vec<Arc<dyn Device>>>,
+    ) -> Result<Store> {
+        let store = Store::open_array(config, None, injected).await?;
         store.load().await?;
         let weak = Arc::downgrade(&store.inner);
         tokio::spawn(reaper(weak));
@@ -33,11 +51,22 @@ impl Store {
     }
 
     /// Opens the array without loading the index. With `fresh`, device `fresh` starts empty
-    /// (its old contents moved aside) for a rebuild.
-    pub(crate) async fn open_array(config: StoreConfig, fresh: Option<usize>) -> Result<Store> {
+    /// (its old contents moved aside, or, with `injected` devices, the caller's empty one) for
+    /// a rebuild.
+    pub(crate) async fn open_array(
+        config: StoreConfig,
+        fresh: Option<usize>,
+        injected: Option<Vec<Arc<dyn Device>>>,
+    ) -> Result<Store> {
         config.validate()?;
         let n = config.device_count();
-        let persistent = config.devices.kind != DeviceKind::Mem;
+        if injected.as_ref().is_some_and(|d| d.len() != n) {
+            return Err(StoreError::Config(format!(
+                "{} devices given; the configuration's layout has {n}",
+                injected.as_ref().map_or(0, Vec::len)
+            )));
+        }
+        let persistent = injected.is_some() || config.devices.kind != DeviceKind::Mem;
         let lock_file = if persistent {
             Some(lock_data_dir(&config)?)
         } else {
@@ -66,7 +95,7 @@ impl Store {
         }
         let marker = data_dir.join(CLEAN_MARKER);
         let unclean_start = existed && !marker.exists();
-        if let Some(d) = fresh {
+        if let (Some(d), None) = (fresh, &injected) {
             move_aside(&config, d)?;
         }
         // A device of a known array whose folder or file is gone is not recreated empty: it
@@ -74,14 +103,28 @@ impl Store {
         let known = persistent && existed;
         let mut devices = Vec::with_capacity(n);
         let mut present = Vec::with_capacity(n);
-        for i in 0..n {
-            let there = !known || Some(i) == fresh || device_path(&config, i).exists();
-            present.push(there);
-            devices.push(if there {
-                open_device(&config, i)?
-            } else {
-                absent_device(&config, i)?
-            });
+        match injected {
+            Some(given) => {
+                for device in given {
+                    present.push(true);
+                    devices.push(Opened {
+                        device,
+                        file: None,
+                        path: None,
+                    });
+                }
+            }
+            None => {
+                for i in 0..n {
+                    let there = !known || Some(i) == fresh || device_path(&config, i).exists();
+                    present.push(there);
+                    devices.push(if there {
+                        open_device(&config, i)?
+                    } else {
+                        absent_device(&config, i)?
+                    });
+                }
+            }
         }
         let raw: Vec<Arc<dyn Device>> = devices.iter().map(|o| o.device.clone()).collect();
         let (identity, failed) = if persistent {

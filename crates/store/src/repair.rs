@@ -5,6 +5,7 @@ use crate::config::StoreConfig;
 use crate::error::{Result, StoreError};
 use crate::identity::DeviceHealth;
 use crate::store::Store;
+use railstore_device::Device;
 use railstore_redundancy::{RepairOptions, RepairProgress, RepairReport};
 use std::sync::Arc;
 
@@ -26,8 +27,30 @@ impl Store {
     /// restored from the others. Runs without separation (the store is offline), then shuts
     /// down cleanly.
     pub async fn rebuild_offline(
+        config: StoreConfig,
+        device: usize,
+        options: RepairOptions,
+        progress: Arc<RepairProgress>,
+    ) -> Result<RepairReport> {
+        Store::rebuild_offline_on(config, device, None, options, progress).await
+    }
+
+    /// [`Store::rebuild_offline`] over devices the caller made (see
+    /// [`Store::open_with_devices`]); `devices[device]` is the empty replacement.
+    pub async fn rebuild_offline_with_devices(
+        config: StoreConfig,
+        device: usize,
+        devices: Vec<Arc<dyn Device>>,
+        options: RepairOptions,
+        progress: Arc<RepairProgress>,
+    ) -> Result<RepairReport> {
+        Store::rebuild_offline_on(config, device, Some(devices), options, progress).await
+    }
+
+    async fn rebuild_offline_on(
         mut config: StoreConfig,
         device: usize,
+        injected: Option<Vec<Arc<dyn Device>>>,
         options: RepairOptions,
         progress: Arc<RepairProgress>,
     ) -> Result<RepairReport> {
@@ -39,7 +62,7 @@ impl Store {
             )));
         }
         config.separation = None;
-        let store = Store::open_array(config, Some(device)).await?;
+        let store = Store::open_array(config, Some(device), injected).await?;
         let identity = store.inner.identity.clone();
         if let Some(id) = &identity {
             // A rebuild cut off leaves the device out of service: the next start does not
