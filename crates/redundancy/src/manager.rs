@@ -389,6 +389,47 @@ impl Manager {
         Ok((out, first.object_len))
     }
 
+    /// Reads the whole object under `key` the careful way, as scrub does: every piece of every
+    /// segment, the newest version decodable in all of them, and stale or damaged pieces
+    /// rewritten. After an unclean shutdown the copies of an object may disagree (a write cut
+    /// off before its sync); [`Manager::get`] reads as few pieces as it can and may meet either
+    /// version, this always gives the answer scrub will give.
+    pub async fn get_resolved(&self, key: &[u8]) -> Result<(Vec<u8>, u64)> {
+        let inner = &self.inner;
+        inner.check_key(key)?;
+        let _guard = inner.lock(key).await;
+        let place = inner.layout.place(key);
+        let Some(first) = inner.slow_segment(key, 0, &place, None).await? else {
+            inner.forget(key);
+            return Err(RedundancyError::NotFound { key: key.to_vec() });
+        };
+        let mut out = first.data.clone();
+        for s in 1..first.segment_count {
+            match inner
+                .slow_segment(key, s, &place, Some(first.version))
+                .await?
+            {
+                Some(r) => out.extend_from_slice(&r.data),
+                None => {
+                    return Err(RedundancyError::Lost {
+                        key: key.to_vec(),
+                        detail: format!("segment {s} of version {} cannot be read", first.version),
+                    })
+                }
+            }
+        }
+        inner.remember(
+            key,
+            ObjectMeta {
+                mechanism: first.mechanism,
+                version: first.version,
+                len: first.object_len,
+                segments: first.segment_count,
+            },
+        );
+        Ok((out, first.object_len))
+    }
+
     /// Deletes the object under `key`; returns whether it existed.
     pub async fn delete(&self, key: &[u8]) -> Result<bool> {
         let inner = &self.inner;

@@ -34,13 +34,22 @@ pub struct LoadReport {
 }
 
 impl Store {
-    /// Reads every record with `tag`; skips keys whose object is gone.
+    /// Reads every record with `tag`; skips keys whose object is gone. After an unclean
+    /// shutdown each record is resolved the careful way (every copy, newest decodable version,
+    /// stale copies rewritten), so the index, the chunks kept and a later scrub all agree on
+    /// one version of each record.
     async fn records(&self, tag: u8) -> Result<Vec<Record>> {
         let manager = &self.inner.manager;
+        let careful = self.inner.unclean_start;
         let keys = manager.keys(&[tag]).await?;
         let values: Vec<Result<Option<Record>>> = futures_util::stream::iter(keys)
             .map(|k| async move {
-                match manager.get(&k, ReadRange::ALL).await {
+                let got = if careful {
+                    manager.get_resolved(&k).await
+                } else {
+                    manager.get(&k, ReadRange::ALL).await
+                };
+                match got {
                     Ok((v, _)) => Ok(Some((k, v))),
                     Err(RedundancyError::NotFound { .. }) => Ok(None),
                     Err(e) => Err(e.into()),
