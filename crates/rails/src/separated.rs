@@ -296,6 +296,8 @@ pub struct Rails {
     journal_rr: AtomicUsize,
     /// The smallest value limit of any device: every journal record must fit it.
     journal_value_bytes_max: usize,
+    /// Told when rails first fails a device (to record it durably).
+    on_failure: std::sync::RwLock<Option<Arc<dyn Fn(usize) + Send + Sync>>>,
 }
 
 impl std::fmt::Debug for Rails {
@@ -421,6 +423,7 @@ impl Rails {
             recovery: tokio::sync::OnceCell::new(),
             journal_rr: AtomicUsize::new(0),
             journal_value_bytes_max,
+            on_failure: std::sync::RwLock::new(None),
         });
         let wrapped = (0..rails.devices.len())
             .map(|d| {
@@ -629,6 +632,12 @@ impl Rails {
         self.devices[d].failed.load(Ordering::SeqCst)
     }
 
+    /// Calls `listener` whenever rails first fails a device (a flush or journal write that did
+    /// not land, or [`Rails::mark_failed`]).
+    pub fn on_failure(&self, listener: Arc<dyn Fn(usize) + Send + Sync>) {
+        *self.on_failure.write().unwrap() = Some(listener);
+    }
+
     /// Takes device `d` out of service: nothing is buffered for it, replayed onto it or read
     /// from it until a rebuild replaces it. For a start with a device known to be stale or
     /// missing; call it before [`Rails::recover`].
@@ -652,6 +661,10 @@ impl Rails {
                 dropped,
                 "device failed; its buffered writes are dropped for rebuild"
             );
+            let listener = self.on_failure.read().unwrap().clone();
+            if let Some(f) = listener {
+                f(d);
+            }
             st.wm_durable.store(u64::MAX, Ordering::SeqCst);
             self.drop_held(d);
             self.wake_holders();

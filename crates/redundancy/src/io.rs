@@ -13,6 +13,37 @@ pub use railstore_rails::{AnyHealthy, ReadPlan};
 /// How often a transient device error is retried before it counts as a failure.
 const TRANSIENT_RETRIES: usize = 3;
 
+/// How a device's faults are handled (see [`DeviceSet`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FaultPolicy {
+    /// Longest a device operation may take; past it a read counts as a read error and a write
+    /// takes the device out of service. `None`: wait for ever.
+    pub op_timeout: Option<std::time::Duration>,
+    /// Read errors (after retries) a device may give within `read_error_window` before it is
+    /// taken out of service; below that each one is a lost piece that the reader decodes
+    /// around and a repair rewrites.
+    pub read_errors_max: u64,
+    /// The window `read_errors_max` counts over.
+    pub read_error_window: std::time::Duration,
+}
+
+impl Default for FaultPolicy {
+    fn default() -> Self {
+        FaultPolicy {
+            op_timeout: None,
+            read_errors_max: 16,
+            read_error_window: std::time::Duration::from_secs(60),
+        }
+    }
+}
+
+/// Whether an operation reads or changes the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Read,
+    Write,
+}
+
 /// Device operations issued through the manager, counted by kind.
 #[derive(Debug, Default)]
 pub struct IoCounters {
@@ -33,6 +64,12 @@ pub struct IoCounters {
     /// Reads sent to a spare device because a preferred one was slow to answer
     /// (`ManagerConfig::slow_read_bypass`).
     pub slow_read_bypasses: AtomicU64,
+    /// Reads that failed after retries (or timed out) on a device still in service.
+    pub read_errors: AtomicU64,
+    /// Operations that ran past `FaultPolicy::op_timeout`.
+    pub timeouts: AtomicU64,
+    /// Devices taken out of service because a write did not land on them.
+    pub failed_on_write: AtomicU64,
 }
 
 /// The devices of the array, their health, and the read plan.
@@ -43,6 +80,9 @@ pub struct DeviceSet {
     plan: RwLock<Arc<dyn ReadPlan>>,
     /// Told when a device is first marked failed, before the operation that found it returns.
     on_failure: RwLock<Option<FailureListener>>,
+    faults: FaultPolicy,
+    /// Per device: read errors in the current window, and when the window began.
+    read_errors: Vec<std::sync::Mutex<(u64, Option<tokio::time::Instant>)>>,
     /// Operation counters.
     pub counters: IoCounters,
 }
@@ -53,6 +93,11 @@ pub type FailureListener = Arc<dyn Fn(usize) + Send + Sync>;
 impl DeviceSet {
     /// Wraps the array's devices, all healthy.
     pub fn new(devices: Vec<Arc<dyn Device>>) -> DeviceSet {
+        DeviceSet::with_faults(devices, FaultPolicy::default())
+    }
+
+    /// Wraps the array's devices, all healthy, handling faults by `faults`.
+    pub fn with_faults(devices: Vec<Arc<dyn Device>>, faults: FaultPolicy) -> DeviceSet {
         let n = devices.len();
         DeviceSet {
             devices: RwLock::new(devices),
@@ -60,6 +105,8 @@ impl DeviceSet {
             rebuilding: (0..n).map(|_| AtomicBool::new(false)).collect(),
             plan: RwLock::new(Arc::new(AnyHealthy)),
             on_failure: RwLock::new(None),
+            faults,
+            read_errors: (0..n).map(|_| std::sync::Mutex::new((0, None))).collect(),
             counters: IoCounters::default(),
         }
     }
@@ -145,15 +192,63 @@ impl DeviceSet {
         preferred
     }
 
-    fn note(&self, d: usize, e: &DeviceError) {
-        if matches!(e, DeviceError::Failed { .. } | DeviceError::Io { .. }) {
-            self.mark_failed(d);
+    /// What an error says about device `d`:
+    /// - a fail-stop always takes it out of service;
+    /// - a write that did not land (an I/O error, no room, a timeout, transient errors past the
+    ///   retries) takes it out of service too: it would hold an old piece while the write is
+    ///   acknowledged on the others, and a later read of it could return the old version;
+    /// - a read error is a lost piece, decoded around and rewritten by a repair, until the
+    ///   device gives more than `read_errors_max` of them within `read_error_window`;
+    /// - a key or value the device refuses by its limits, or a missing key, is the caller's
+    ///   concern, not the device's.
+    fn note(&self, d: usize, op: Op, e: &DeviceError) {
+        let device_fault = matches!(
+            e,
+            DeviceError::Io { .. } | DeviceError::Transient | DeviceError::Capacity { .. }
+        );
+        match (op, e) {
+            (_, DeviceError::Failed { .. }) => self.mark_failed(d),
+            (Op::Write, _) if device_fault => {
+                self.counters
+                    .failed_on_write
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(device = d, error = %e, "a write did not land; device taken out of service");
+                self.mark_failed(d);
+            }
+            (Op::Read, _) if device_fault => {
+                self.counters.read_errors.fetch_add(1, Ordering::Relaxed);
+                let now = tokio::time::Instant::now();
+                let too_many = {
+                    let mut w = self.read_errors[d].lock().unwrap();
+                    if w.1
+                        .is_none_or(|t| now.duration_since(t) > self.faults.read_error_window)
+                    {
+                        *w = (0, Some(now));
+                    }
+                    w.0 += 1;
+                    w.0 > self.faults.read_errors_max
+                };
+                if too_many {
+                    tracing::warn!(
+                        device = d,
+                        "too many read errors; device taken out of service"
+                    );
+                    self.mark_failed(d);
+                }
+            }
+            _ => {}
         }
     }
 
     /// Runs one operation on device `d`: refused at once if the device is marked failed,
-    /// retried on transient errors, and a fail-stop or I/O error marks the device failed.
-    async fn run<T, F>(&self, d: usize, op: impl Fn(Arc<dyn Device>) -> F) -> Result<T, DeviceError>
+    /// retried on transient errors, bounded by the timeout, and its failure judged by
+    /// [`DeviceSet::note`].
+    async fn run<T, F>(
+        &self,
+        d: usize,
+        kind: Op,
+        op: impl Fn(Arc<dyn Device>) -> F,
+    ) -> Result<T, DeviceError>
     where
         F: std::future::Future<Output = Result<T, DeviceError>>,
     {
@@ -165,10 +260,23 @@ impl DeviceSet {
         let dev = self.device(d);
         let mut tries = 0;
         loop {
-            match op(dev.clone()).await {
+            let res = match self.faults.op_timeout {
+                None => op(dev.clone()).await,
+                Some(t) => match tokio::time::timeout(t, op(dev.clone())).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+                        Err(DeviceError::io(
+                            "an operation past the device timeout",
+                            std::io::ErrorKind::TimedOut.into(),
+                        ))
+                    }
+                },
+            };
+            match res {
                 Err(DeviceError::Transient) if tries < TRANSIENT_RETRIES => tries += 1,
                 Err(e) => {
-                    self.note(d, &e);
+                    self.note(d, kind, &e);
                     return Err(e);
                 }
                 Ok(v) => return Ok(v),
@@ -182,7 +290,7 @@ impl DeviceSet {
         self.counters
             .store_bytes
             .fetch_add(value.len() as u64, Ordering::Relaxed);
-        self.run(d, |dev| async move {
+        self.run(d, Op::Write, |dev| async move {
             dev.store(key, value, StoreMode::Upsert).await
         })
         .await
@@ -215,7 +323,11 @@ impl DeviceSet {
     ) -> Result<Option<Vec<u8>>, DeviceError> {
         self.counters.retrieves.fetch_add(1, Ordering::Relaxed);
         match self
-            .run(d, |dev| async move { dev.retrieve(key, range).await })
+            .run(
+                d,
+                Op::Read,
+                |dev| async move { dev.retrieve(key, range).await },
+            )
             .await
         {
             Ok(Retrieved { value, .. }) => {
@@ -233,7 +345,7 @@ impl DeviceSet {
     /// read that misses).
     pub async fn exists(&self, d: usize, key: &[u8]) -> Result<bool, DeviceError> {
         let v = self
-            .run(d, |dev| async move { dev.exist(&[key]).await })
+            .run(d, Op::Read, |dev| async move { dev.exist(&[key]).await })
             .await?;
         Ok(v.first().copied().unwrap_or(false))
     }
@@ -241,10 +353,9 @@ impl DeviceSet {
     /// Deletes `key` on device `d`; a missing key is fine.
     pub async fn delete(&self, d: usize, key: &[u8]) -> Result<(), DeviceError> {
         self.counters.deletes.fetch_add(1, Ordering::Relaxed);
-        self.run(
-            d,
-            |dev| async move { dev.delete(key, false).await.map(|_| ()) },
-        )
+        self.run(d, Op::Write, |dev| async move {
+            dev.delete(key, false).await.map(|_| ())
+        })
         .await
     }
 
@@ -253,12 +364,13 @@ impl DeviceSet {
         if self.is_failed(d) {
             return Ok(());
         }
-        self.run(d, |dev| async move { dev.sync().await }).await
+        self.run(d, Op::Write, |dev| async move { dev.sync().await })
+            .await
     }
 
     /// One iteration batch on device `d`.
     pub async fn iterate(&self, d: usize, req: &IterRequest) -> Result<IterBatch, DeviceError> {
-        self.run(d, |dev| async move { dev.iterate(req).await })
+        self.run(d, Op::Read, |dev| async move { dev.iterate(req).await })
             .await
     }
 }

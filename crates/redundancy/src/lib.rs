@@ -19,7 +19,7 @@ mod rebuild;
 mod vdev;
 
 pub use error::{RedundancyError, Result};
-pub use io::{AnyHealthy, DeviceSet, FailureListener, IoCounters, ReadPlan};
+pub use io::{AnyHealthy, DeviceSet, FailureListener, FaultPolicy, IoCounters, ReadPlan};
 pub use manager::{Manager, ObjectMeta};
 pub use mechanism::{ManagerConfig, Mechanism, Policy};
 pub use rebuild::{RepairOptions, RepairProgress, RepairReport};

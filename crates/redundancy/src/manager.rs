@@ -161,7 +161,7 @@ impl Manager {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(1);
         let inner = Arc::new_cyclic(|weak| Inner {
-            io: DeviceSet::new(devices),
+            io: DeviceSet::with_faults(devices, config.faults),
             layout,
             packer: Packer::new(weak.clone(), config.pack_wait),
             config,
@@ -1202,9 +1202,14 @@ impl Inner {
                 // A device being rebuilt is read too: what it holds is right, what it lacks
                 // gets written.
                 if self.io.is_failed(d) {
-                    return Err(());
+                    return Err(true);
                 }
-                self.io.retrieve(d, skey).await.map_err(|_| ())
+                // A read error on a device still in service is a lost piece: rewritten by the
+                // repair like a corrupt one.
+                self.io
+                    .retrieve(d, skey)
+                    .await
+                    .map_err(|_| self.io.is_failed(d))
             }
         }))
         .await;
@@ -1216,7 +1221,8 @@ impl Inner {
         };
         for (pos, r) in reads.into_iter().enumerate() {
             match r {
-                Err(()) => scan.unreadable[pos] = true,
+                Err(true) => scan.unreadable[pos] = true,
+                Err(false) => scan.corrupt[pos] = true,
                 Ok(None) => {}
                 Ok(Some(bytes)) => match PieceHeader::decode(&bytes) {
                     Ok((h, payload))

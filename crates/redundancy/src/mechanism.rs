@@ -195,6 +195,8 @@ pub struct ManagerConfig {
     /// copy, or a parity shard to decode with) and takes the first answers; `None` waits.
     /// Under read/write separation the window then needs more readers than k (Rails §4.3).
     pub slow_read_bypass: Option<Duration>,
+    /// How device faults are handled: operation timeout, read errors tolerated.
+    pub faults: crate::io::FaultPolicy,
 }
 
 impl Default for ManagerConfig {
@@ -208,6 +210,7 @@ impl Default for ManagerConfig {
             layout_rounds: 4,
             layout_seed: 0x5241_494c,
             slow_read_bypass: None,
+            faults: crate::io::FaultPolicy::default(),
         }
     }
 }
@@ -226,6 +229,8 @@ struct ConfigFile {
     layout_rounds: Option<usize>,
     layout_seed: Option<u64>,
     slow_read_bypass_ms: Option<f64>,
+    device_op_timeout_ms: Option<u64>,
+    read_errors_max: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -363,6 +368,20 @@ impl ManagerConfig {
             layout_width: f.layout_width,
             layout_rounds: f.layout_rounds.unwrap_or(d.layout_rounds),
             layout_seed: f.layout_seed.unwrap_or(d.layout_seed),
+            faults: crate::io::FaultPolicy {
+                op_timeout: match f.device_op_timeout_ms {
+                    Some(0) => {
+                        return Err(RedundancyError::Config(
+                            "device_op_timeout_ms must be > 0 (leave it out for the default)"
+                                .into(),
+                        ))
+                    }
+                    Some(ms) => Some(Duration::from_millis(ms)),
+                    None => d.faults.op_timeout,
+                },
+                read_errors_max: f.read_errors_max.unwrap_or(d.faults.read_errors_max),
+                ..d.faults
+            },
         })
     }
 }

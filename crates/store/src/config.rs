@@ -73,6 +73,10 @@ pub struct StoreConfig {
     pub object_bytes_max: u64,
 }
 
+/// How long a device operation may take before the store gives up on it (a read error, or the
+/// device out of service for a write), unless `[redundancy] device_op_timeout_ms` says.
+pub const DEVICE_OP_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The data folder when none is given.
 pub const DEFAULT_DATA_DIR: &str = "./railstore-data";
 
@@ -95,6 +99,10 @@ impl Default for StoreConfig {
                 policy: Policy::Hybrid {
                     rules: vec![(4 << 10, mech("rep3")), (64 << 10, mech("pack3+3"))],
                     rest: mech("split3+3"),
+                },
+                faults: railstore_redundancy::FaultPolicy {
+                    op_timeout: Some(DEVICE_OP_TIMEOUT),
+                    ..Default::default()
                 },
                 ..ManagerConfig::default()
             },
@@ -126,9 +134,22 @@ listen = "127.0.0.1:9000"
 # Region the S3 endpoint answers for (clients sign requests for it).
 region = "us-east-1"
 # Access key pair; when absent, one is generated at first start and kept in
-# <data_dir>/credentials.toml.
+# <data_dir>/credentials.toml (mode 0600; the log names the access key, never the secret).
 # access_key = "..."
 # secret_key = "..."
+# Limits against hostile or broken clients (docs/s3.md says what happens past each).
+# Connections served at once; more wait until one closes.
+connections_max = 512
+# Time to send a request's head; also how long an idle keep-alive connection stays open.
+header_read_timeout_ms = 30000
+# Time a request body may send nothing, or a client may read nothing of a response.
+body_idle_timeout_ms = 60000
+# Bytes of a browser-form POST read to find its fields (POST uploads are refused).
+post_form_bytes_max = 65536
+# Accept AWS Signature Version 2 (replayable, compared in variable time).
+sigv2 = false
+# Bearer token that GET /metrics and GET /status require; without one they are open.
+# operator_token = "..."
 
 [devices]
 # file: log-structured devices (folders under <data_dir>/devices, or the paths below);
@@ -145,6 +166,12 @@ direct_io = true
 # Mechanisms: hash, rep<r>, split<k>+<m>, pack<k>+<m> (append :vandermonde for that code).
 mode = "hybrid"
 pack_wait_ms = 2
+# A device operation that takes longer fails: a read is decoded around, a write takes the
+# device out of service (until rebuilt), so a hung device does not stall the array.
+device_op_timeout_ms = 30000
+# Read errors a device may give in a minute before it is taken out of service; below that a
+# failed read is decoded around and the piece rewritten.
+read_errors_max = 16
 [[redundancy.hybrid]]
 max_bytes = 4096
 mechanism = "rep3"
@@ -243,6 +270,7 @@ impl StoreConfig {
             let text = toml::to_string(&r).map_err(|e| StoreError::Config(e.to_string()))?;
             c.manager = ManagerConfig::from_toml(&text)
                 .map_err(|e| StoreError::Config(format!("[redundancy]: {e}")))?;
+            c.manager.faults.op_timeout = c.manager.faults.op_timeout.or(Some(DEVICE_OP_TIMEOUT));
         }
         if let Some(s) = f.separation {
             let base = c.separation.expect("the default separates");

@@ -172,13 +172,15 @@ impl Store {
                 )?;
             }
             let id = id.clone();
-            array.manager.devices().on_failure(Arc::new(move |d| {
+            let record: railstore_redundancy::FailureListener = Arc::new(move |d| {
                 if let Err(e) =
                     id.set_health(d, DeviceHealth::Failed, Some("failed while serving".into()))
                 {
                     tracing::error!(device = d, error = %e, "recording a failed device");
                 }
-            }));
+            });
+            array.rails.on_failure(record.clone());
+            array.manager.devices().on_failure(record);
         }
         // A crash from here on is an unclean shutdown.
         remove_durably(&marker)?;

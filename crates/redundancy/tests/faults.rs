@@ -1,0 +1,239 @@
+//! Device faults within the mechanism's tolerance lose nothing and never surface an old
+//! version:
+//! - a read error is decoded around and the piece rewritten; only many of them take the device
+//!   out of service;
+//! - a write that does not land on a device (it is full, or keeps failing) takes that device
+//!   out of service, and the write goes on with the others: the device held the old piece, and
+//!   a read that preferred it would have returned the old version;
+//! - a hung device is cut off by the operation timeout instead of stalling the array.
+
+use railstore_device::{
+    Device, DeviceError, DeviceInfo, IterBatch, IterRequest, Limits, MemDevice, ReadRange,
+    Retrieved, StoreMode,
+};
+use railstore_redundancy::{FaultPolicy, Manager, ManagerConfig, Mechanism, Policy};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A memory device whose faults a test turns on and off.
+struct Flaky {
+    inner: MemDevice,
+    /// The next this many reads fail with an I/O error.
+    failing_reads: AtomicU64,
+    /// Stores fail: no room.
+    full: AtomicBool,
+    /// Every operation waits for ever.
+    hung: AtomicBool,
+}
+
+impl Flaky {
+    fn new() -> Arc<Flaky> {
+        Arc::new(Flaky {
+            inner: MemDevice::new(Default::default()).unwrap(),
+            failing_reads: AtomicU64::new(0),
+            full: AtomicBool::new(false),
+            hung: AtomicBool::new(false),
+        })
+    }
+
+    async fn gate(&self) {
+        if self.hung.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Device for Flaky {
+    async fn store(&self, key: &[u8], value: &[u8], mode: StoreMode) -> Result<(), DeviceError> {
+        self.gate().await;
+        if self.full.load(Ordering::SeqCst) {
+            return Err(DeviceError::Capacity {
+                needed: value.len() as u64,
+                available: 0,
+            });
+        }
+        self.inner.store(key, value, mode).await
+    }
+    async fn retrieve(&self, key: &[u8], range: ReadRange) -> Result<Retrieved, DeviceError> {
+        self.gate().await;
+        let failing = self
+            .failing_reads
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if failing {
+            return Err(DeviceError::io(
+                "reading",
+                std::io::Error::other("injected EIO"),
+            ));
+        }
+        self.inner.retrieve(key, range).await
+    }
+    async fn delete(&self, key: &[u8], must_exist: bool) -> Result<bool, DeviceError> {
+        self.gate().await;
+        self.inner.delete(key, must_exist).await
+    }
+    async fn exist(&self, keys: &[&[u8]]) -> Result<Vec<bool>, DeviceError> {
+        self.gate().await;
+        self.inner.exist(keys).await
+    }
+    async fn iterate(&self, req: &IterRequest) -> Result<IterBatch, DeviceError> {
+        self.gate().await;
+        self.inner.iterate(req).await
+    }
+    async fn info(&self) -> Result<DeviceInfo, DeviceError> {
+        self.inner.info().await
+    }
+    async fn sync(&self) -> Result<(), DeviceError> {
+        self.gate().await;
+        self.inner.sync().await
+    }
+    fn limits(&self) -> Limits {
+        self.inner.limits()
+    }
+}
+
+async fn array(
+    mech: &str,
+    faults: FaultPolicy,
+) -> (Manager, Vec<Arc<Flaky>>, Arc<Mutex<Vec<usize>>>) {
+    let flaky: Vec<Arc<Flaky>> = (0..6).map(|_| Flaky::new()).collect();
+    let m = Manager::open(
+        flaky.iter().map(|f| f.clone() as Arc<dyn Device>).collect(),
+        ManagerConfig {
+            policy: Policy::Standalone(Mechanism::parse(mech).unwrap()),
+            pack_wait: Duration::from_millis(1),
+            faults,
+            ..ManagerConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let recorded = Arc::new(Mutex::new(Vec::new()));
+    let r = recorded.clone();
+    m.devices()
+        .on_failure(Arc::new(move |d| r.lock().unwrap().push(d)));
+    (m, flaky, recorded)
+}
+
+/// Keys whose primary piece (position 0, the one a fast read takes first) is on device `d`.
+fn keys_with_primary(m: &Manager, d: usize, count: usize) -> Vec<Vec<u8>> {
+    (0u32..)
+        .map(|i| format!("key-{i}").into_bytes())
+        .filter(|k| m.layout().place(k).device(0) == d)
+        .take(count)
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_read_error_is_decoded_around_and_the_piece_rewritten() {
+    for mech in ["rep3", "split3+3"] {
+        let (m, flaky, recorded) = array(mech, FaultPolicy::default()).await;
+        let key = keys_with_primary(&m, 2, 1).remove(0);
+        let value: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+        m.put(&key, &value, StoreMode::Upsert, None).await.unwrap();
+        m.sync().await.unwrap();
+        // The fast read and the careful read both meet the error on device 2.
+        flaky[2].failing_reads.store(2, Ordering::SeqCst);
+        let repairs = m.devices().counters.repairs.load(Ordering::Relaxed);
+        let (got, _) = m.get(&key, ReadRange::ALL).await.unwrap();
+        assert_eq!(got, value, "{mech}");
+        assert!(
+            !m.devices().is_failed(2),
+            "{mech}: one bad read failed the device"
+        );
+        assert!(recorded.lock().unwrap().is_empty());
+        assert!(m.devices().counters.read_errors.load(Ordering::Relaxed) >= 2);
+        assert!(
+            m.devices().counters.repairs.load(Ordering::Relaxed) > repairs,
+            "{mech}: the unreadable piece was not rewritten"
+        );
+        // It reads from device 2 again.
+        let (got, _) = m.get(&key, ReadRange::ALL).await.unwrap();
+        assert_eq!(got, value);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn many_read_errors_take_the_device_out_of_service() {
+    let faults = FaultPolicy {
+        read_errors_max: 4,
+        ..FaultPolicy::default()
+    };
+    let (m, flaky, recorded) = array("rep3", faults).await;
+    let keys = keys_with_primary(&m, 1, 10);
+    for k in &keys {
+        m.put(k, k, StoreMode::Upsert, None).await.unwrap();
+    }
+    flaky[1].failing_reads.store(u64::MAX, Ordering::SeqCst);
+    for k in &keys {
+        assert_eq!(&m.get(k, ReadRange::ALL).await.unwrap().0, k);
+    }
+    assert!(m.devices().is_failed(1));
+    assert_eq!(*recorded.lock().unwrap(), vec![1]);
+}
+
+/// The old version stays on a full device while the overwrite lands on the others. The device
+/// must leave service, or a read that prefers it returns the old version.
+#[tokio::test(start_paused = true)]
+async fn a_full_device_leaves_service_and_writes_go_on_without_it() {
+    for mech in ["rep3", "split3+3"] {
+        let (m, flaky, recorded) = array(mech, FaultPolicy::default()).await;
+        let keys = keys_with_primary(&m, 3, 20);
+        for k in &keys {
+            m.put(k, b"old version", StoreMode::Upsert, None)
+                .await
+                .unwrap();
+        }
+        m.sync().await.unwrap();
+        flaky[3].full.store(true, Ordering::SeqCst);
+        for k in &keys {
+            m.put(k, b"new version", StoreMode::Upsert, None)
+                .await
+                .unwrap_or_else(|e| panic!("{mech}: a write with enough devices failed: {e}"));
+        }
+        m.sync().await.unwrap();
+        for k in &keys {
+            let (got, _) = m.get(k, ReadRange::ALL).await.unwrap();
+            assert_eq!(got, b"new version", "{mech}: an old version was read");
+        }
+        assert!(m.devices().is_failed(3), "{mech}");
+        assert_eq!(*recorded.lock().unwrap(), vec![3], "{mech}");
+    }
+}
+
+/// A device that stops answering is cut off by the timeout: reads decode around it, and the
+/// first write that times out on it (a put, or the rewrite of a piece a read could not get)
+/// takes it out of service; writes finish without it.
+#[tokio::test(start_paused = true)]
+async fn a_hung_device_is_cut_off_by_the_timeout() {
+    let faults = FaultPolicy {
+        op_timeout: Some(Duration::from_secs(2)),
+        ..FaultPolicy::default()
+    };
+    let (m, flaky, recorded) = array("split3+3", faults).await;
+    let keys = keys_with_primary(&m, 0, 5);
+    for k in &keys {
+        m.put(k, &vec![7u8; 9000], StoreMode::Upsert, None)
+            .await
+            .unwrap();
+    }
+    flaky[0].hung.store(true, Ordering::SeqCst);
+    let t = tokio::time::Instant::now();
+    for k in &keys {
+        assert_eq!(m.get(k, ReadRange::ALL).await.unwrap().0, vec![7u8; 9000]);
+    }
+    for k in &keys {
+        m.put(k, &vec![8u8; 9000], StoreMode::Upsert, None)
+            .await
+            .unwrap();
+    }
+    assert!(m.devices().is_failed(0));
+    assert_eq!(*recorded.lock().unwrap(), vec![0]);
+    assert!(m.devices().counters.timeouts.load(Ordering::Relaxed) > 0);
+    assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
+    for k in &keys {
+        assert_eq!(m.get(k, ReadRange::ALL).await.unwrap().0, vec![8u8; 9000]);
+    }
+}
