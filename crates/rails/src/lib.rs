@@ -19,6 +19,6 @@ pub use schedule::{
     WindowChoice, WindowSizer,
 };
 pub use separated::{
-    AdaptiveWindow, DeviceCounters, DeviceSnapshot, Durability, JournalRecovery, Rails,
-    RailsAndDevices, RailsConfig, Separated,
+    AdaptiveWindow, DeviceCounters, DeviceSnapshot, Durability, FailureListener, JournalRecovery,
+    Rails, RailsAndDevices, RailsConfig, Separated,
 };

@@ -297,8 +297,11 @@ pub struct Rails {
     /// The smallest value limit of any device: every journal record must fit it.
     journal_value_bytes_max: usize,
     /// Told when rails first fails a device (to record it durably).
-    on_failure: std::sync::RwLock<Option<Arc<dyn Fn(usize) + Send + Sync>>>,
+    on_failure: std::sync::RwLock<Option<FailureListener>>,
 }
+
+/// Called with a device's index when it first fails (to record that durably).
+pub type FailureListener = Arc<dyn Fn(usize) + Send + Sync>;
 
 impl std::fmt::Debug for Rails {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -634,7 +637,7 @@ impl Rails {
 
     /// Calls `listener` whenever rails first fails a device (a flush or journal write that did
     /// not land, or [`Rails::mark_failed`]).
-    pub fn on_failure(&self, listener: Arc<dyn Fn(usize) + Send + Sync>) {
+    pub fn on_failure(&self, listener: FailureListener) {
         *self.on_failure.write().unwrap() = Some(listener);
     }
 

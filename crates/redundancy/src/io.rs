@@ -8,7 +8,7 @@ use railstore_device::{
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-pub use railstore_rails::{AnyHealthy, ReadPlan};
+pub use railstore_rails::{AnyHealthy, FailureListener, ReadPlan};
 
 /// How often a transient device error is retried before it counts as a failure.
 const TRANSIENT_RETRIES: usize = 3;
@@ -86,9 +86,6 @@ pub struct DeviceSet {
     /// Operation counters.
     pub counters: IoCounters,
 }
-
-/// Called with a device's index when it is marked failed (to record it durably).
-pub type FailureListener = Arc<dyn Fn(usize) + Send + Sync>;
 
 impl DeviceSet {
     /// Wraps the array's devices, all healthy.
