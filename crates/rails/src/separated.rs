@@ -105,6 +105,12 @@ pub struct RailsConfig {
     /// GC); `Duration::ZERO` writes at once. Meanwhile its writes are buffered. At most half
     /// the frame.
     pub switch_read_wait: std::time::Duration,
+    /// Journal records kept of each buffered write, on distinct devices. A power failure
+    /// loses every buffer, so a buffered piece then survives as long as one device holding its
+    /// record does: with `t + 1` copies it survives any `t` device losses on top of the power
+    /// failure. A write waits (like a full buffer) until it has its copies, or until no other
+    /// healthy device is left to take one.
+    pub journal_copies: usize,
 }
 
 /// What one device sustains, for sizing the window from measured load.
@@ -131,6 +137,7 @@ impl RailsConfig {
             journal_bytes_max: 512 << 20,
             pace_buffered_writes: true,
             switch_read_wait: std::time::Duration::from_millis(20),
+            journal_copies: 1,
         }
     }
 }
@@ -181,6 +188,9 @@ pub struct DeviceCounters {
     /// Times no other device could hold a journal record, so this device took its backlog and
     /// the write at once, whatever its role.
     pub journal_fallbacks: AtomicU64,
+    /// Writes journalled on fewer devices than `journal_copies` because every other healthy
+    /// device already held a copy (an array too small or degraded for the copies asked).
+    pub journal_short: AtomicU64,
     /// Watermarks stored on this device (checkpoints of its flusher).
     pub watermarks: AtomicU64,
 }
@@ -703,7 +713,8 @@ impl Rails {
         for (i, f) in again.iter().enumerate() {
             let cost = journal::record_bytes(f.key.len(), &f.op) as u64;
             st.journal_bytes.fetch_add(cost, Ordering::SeqCst);
-            if let Err(e) = self.journal(d, f.tag, &f.key, &f.op).await {
+            // One copy replaces the one lost; the others are still held.
+            if let Err(e) = self.journal(d, f.tag, &f.key, &f.op, 1).await {
                 st.lost
                     .lock()
                     .unwrap()
@@ -825,36 +836,58 @@ impl Rails {
             .or_else(|| usable(d).then_some(d))
     }
 
-    /// Records the write tagged `tag` to device `d` in the journal (its `record_bytes` are
-    /// already reserved against `journal_bytes_max`). Returns once a record is stored, or the
-    /// device itself holds the write under a stored watermark. With every writer guarding it
-    /// waits for the next role change; with no other healthy device it has `d` take its
-    /// backlog, this write included, now (partial separation, never a lost write).
+    /// The journal copies asked of each buffered write (at least one).
+    fn journal_copies(&self) -> usize {
+        self.cfg.journal_copies.max(1)
+    }
+
+    /// The devices holding a journal record of the write tagged `tag` to `d`.
+    fn holders(&self, d: usize, tag: u64) -> Vec<usize> {
+        (0..self.devices.len())
+            .filter(|&w| {
+                self.devices[w]
+                    .held
+                    .lock()
+                    .unwrap()
+                    .contains_key(&(d as u32, tag))
+            })
+            .collect()
+    }
+
+    /// Records the write tagged `tag` to device `d` in the journal, `copies` times on distinct
+    /// devices that do not hold it yet (`copies` times its `record_bytes` are already reserved
+    /// against `journal_bytes_max`). Returns once the copies are stored, or the device itself
+    /// holds the write under a stored watermark. While fewer writers than copies are usable
+    /// (every writer guarding, or too few) it waits for the next role change; with no other
+    /// healthy device to take a copy it has `d` take its backlog, this write included, now
+    /// (partial separation, never a lost write).
     async fn journal(
         &self,
         d: usize,
         tag: u64,
         key: &[u8],
         op: &Pending,
+        copies: usize,
     ) -> Result<(), DeviceError> {
         let st = &self.devices[d];
         let cost = journal::record_bytes(key.len(), op) as u64;
-        let release = || {
-            st.journal_bytes.fetch_sub(cost, Ordering::SeqCst);
+        let mut left = copies as u64;
+        let release = |left: u64| {
+            st.journal_bytes.fetch_sub(cost * left, Ordering::SeqCst);
             st.room.notify_waiters();
         };
         let value = journal::encode_record(d as u32, tag, key, op);
         let rkey = journal::record_key(d as u32, tag);
-        let mut tried = Vec::new();
+        let mut tried = self.holders(d, tag);
         loop {
             if let Err(e) = st.check() {
-                release();
+                release(left);
                 return Err(e);
             }
             if st.wm_stored.load(Ordering::SeqCst) >= tag {
                 // Already applied and under a stored watermark: a sync of `d` makes it durable.
                 st.mark_dirty();
-                release();
+                release(left);
                 return Ok(());
             }
             match self.journal_device(d, &tried) {
@@ -873,7 +906,11 @@ impl Rails {
                             st.counters
                                 .journal_bytes
                                 .fetch_add(value.len() as u64, Ordering::Relaxed);
-                            return Ok(());
+                            left -= 1;
+                            if left == 0 {
+                                return Ok(());
+                            }
+                            tried.push(w);
                         }
                         Err(e) => {
                             if fatal(&e) {
@@ -883,22 +920,34 @@ impl Rails {
                         }
                     }
                 }
-                None if (0..self.devices.len()).any(|x| x != d && !self.is_failed(x)) => {
-                    st.counters.journal_waits.fetch_add(1, Ordering::Relaxed);
-                    let now = self.now_ns();
-                    let next = self.plan.with_schedule(|s| s.next_change(now));
-                    tokio::time::sleep_until(self.start + std::time::Duration::from_nanos(next))
-                        .await;
-                    tried.clear();
-                }
                 None => {
-                    st.counters
-                        .journal_fallbacks
-                        .fetch_add(1, Ordering::Relaxed);
-                    let res = self.flush_all(d, None).await;
-                    st.mark_dirty();
-                    release();
-                    return res;
+                    let holders = self.holders(d, tag);
+                    let could = (0..self.devices.len())
+                        .any(|x| x != d && !self.is_failed(x) && !holders.contains(&x));
+                    if could {
+                        // A device that may take a copy once it writes.
+                        st.counters.journal_waits.fetch_add(1, Ordering::Relaxed);
+                        let now = self.now_ns();
+                        let next = self.plan.with_schedule(|s| s.next_change(now));
+                        tokio::time::sleep_until(
+                            self.start + std::time::Duration::from_nanos(next),
+                        )
+                        .await;
+                        tried = holders;
+                    } else if !holders.is_empty() {
+                        // Every healthy device holds a copy: as many as the array has now.
+                        st.counters.journal_short.fetch_add(1, Ordering::Relaxed);
+                        release(left);
+                        return Ok(());
+                    } else {
+                        st.counters
+                            .journal_fallbacks
+                            .fetch_add(1, Ordering::Relaxed);
+                        let res = self.flush_all(d, None).await;
+                        st.mark_dirty();
+                        release(left);
+                        return res;
+                    }
                 }
             }
         }
@@ -1472,7 +1521,9 @@ impl Separated {
             let room = st.room.notified();
             match self.place(key, &op) {
                 Placed::Buffered(None) => return Ok(()),
-                Placed::Buffered(Some(tag)) => return r.journal(d, tag, key, &op).await,
+                Placed::Buffered(Some(tag)) => {
+                    return r.journal(d, tag, key, &op, r.journal_copies()).await
+                }
                 Placed::Direct | Placed::Bypass(None) => {
                     r.apply(d, key, &op).await?;
                     // Set once the store is done, so a sync that finds it clean covered it.
@@ -1480,7 +1531,7 @@ impl Separated {
                     return Ok(());
                 }
                 Placed::Bypass(Some(tag)) => {
-                    r.journal(d, tag, key, &op).await?;
+                    r.journal(d, tag, key, &op, r.journal_copies()).await?;
                     // Under the flush lock no batch or checkpoint runs: this write lands before
                     // any watermark is taken, and only then does the older buffered operation
                     // on the key go (a failed write leaves it, so nothing acknowledged is lost).
@@ -1519,7 +1570,7 @@ impl Separated {
             st.counters.direct_ops.fetch_add(1, Ordering::Relaxed);
             return Placed::Direct;
         }
-        let cost = journal::record_bytes(key.len(), op) as u64;
+        let cost = journal::record_bytes(key.len(), op) as u64 * r.journal_copies() as u64;
         let journal_room = !journal || {
             let held = st.journal_bytes.load(Ordering::SeqCst);
             held == 0 || held + cost <= r.cfg.journal_bytes_max

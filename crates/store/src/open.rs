@@ -127,15 +127,16 @@ impl Store {
             }
         }
         let raw: Vec<Arc<dyn Device>> = devices.iter().map(|o| o.device.clone()).collect();
+        // Device losses every object of the policy survives.
+        let tolerance = config
+            .manager
+            .policy
+            .mechanisms()
+            .iter()
+            .map(|m| m.tolerance())
+            .min()
+            .unwrap_or(0);
         let (identity, failed) = if persistent {
-            let tolerance = config
-                .manager
-                .policy
-                .mechanisms()
-                .iter()
-                .map(|m| m.tolerance())
-                .min()
-                .unwrap_or(0);
             let a = ArrayIdentity::admit(data_dir, &raw, &present, fresh, tolerance).await?;
             let failed: Vec<usize> = a
                 .not_current
@@ -151,6 +152,9 @@ impl Store {
             Some(s) => RailsConfig {
                 write_buffer_bytes_max: s.write_buffer_bytes_max,
                 partial_when_full: s.partial_when_full,
+                // A power failure loses every buffer: each buffered piece's journal record on
+                // tolerance + 1 devices keeps the tolerance through it.
+                journal_copies: tolerance + 1,
                 ..RailsConfig::new(ScheduleConfig {
                     colours: layout.width(),
                     frame: s.frame,
