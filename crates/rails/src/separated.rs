@@ -1657,6 +1657,17 @@ impl Device for Separated {
         if journal::is_reserved(key) {
             return Err(reserved_key(key));
         }
+        if !self.rails.cfg.separation {
+            // Straight through: no buffer to look into first.
+            self.rails.ready().await?;
+            let st = self.st();
+            st.check()?;
+            let res = st.inner.delete(key, must_exist).await;
+            if res.as_ref().is_err_and(fatal) {
+                self.rails.fail_device(self.d);
+            }
+            return res;
+        }
         let existed = self.exist(&[key]).await?[0];
         if must_exist && !existed {
             return Err(DeviceError::KeyNotFound { key: key.to_vec() });
