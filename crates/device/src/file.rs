@@ -39,7 +39,7 @@ use layout::{allocate, read_aligned, DeviceLock, Found, Layout, SegIo, SegPlace}
 pub use layout::{CHECKPOINT_FILE, LOCK_FILE};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -1201,7 +1201,12 @@ fn set_aside(dir: &Path, name: &str, tail: &[u8]) -> Result<PathBuf> {
         if n > 0 {
             aside.as_mut_os_string().push(format!("-{n}"));
         }
-        let mut f = match OpenOptions::new().write(true).create_new(true).open(&aside) {
+        let mut f = match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&aside)
+        {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(io(e)),

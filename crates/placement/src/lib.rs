@@ -254,7 +254,15 @@ impl Layout {
         let tmp = path.with_extension("tmp");
         {
             use std::io::Write;
-            let mut f = std::fs::File::create(&tmp).map_err(io)?;
+            let mut f = std::os::unix::fs::OpenOptionsExt::mode(
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true),
+                0o600,
+            )
+            .open(&tmp)
+            .map_err(io)?;
             f.write_all(self.encode().as_bytes()).map_err(io)?;
             f.sync_all().map_err(io)?;
         }

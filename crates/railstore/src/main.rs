@@ -3,6 +3,7 @@
 mod mttdl_cmd;
 mod s3_bench_cmd;
 mod server_cmd;
+mod sim_cmd;
 
 use clap::{Parser, Subcommand};
 use railstore_bench::device::{DeviceBenchArgs, SimValidationArgs};
@@ -38,6 +39,9 @@ enum Command {
     /// Mean time to data loss of the reliability mechanisms (KVMD §5.1 Markov model, eq. 1-2)
     /// and their Table 4 read/write/space costs, with numbers.
     Mttdl(Box<mttdl_cmd::MttdlArgs>),
+    /// The deterministic whole-system simulator: random S3 operations, crashes and device
+    /// faults against the real store in virtual time, checked against a model (docs/sim.md).
+    Sim(Box<sim_cmd::SimArgs>),
     /// Workload benchmarks.
     Bench {
         #[command(subcommand)]
@@ -68,6 +72,12 @@ enum BenchCommand {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if matches!(
+        cli.command,
+        Command::Serve(_) | Command::Status(_) | Command::Scrub(_) | Command::Rebuild(_)
+    ) {
+        private_files();
+    }
     match cli.command {
         Command::Serve(args) => {
             logging();
@@ -85,6 +95,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::EcBench(args) => railstore_bench::ec::run(&args).map(|_| ()),
         Command::Mttdl(args) => mttdl_cmd::run(&args),
+        Command::Sim(args) => sim_cmd::run(&args),
         Command::Bench { what } => match what {
             BenchCommand::Device(args) => railstore_bench::device::run(&args),
             BenchCommand::SimSsd(args) => railstore_bench::device::run_sim_validation(&args),
@@ -93,6 +104,16 @@ fn main() -> anyhow::Result<()> {
             BenchCommand::Mixed(args) => railstore_bench::mixed::run(&args),
             BenchCommand::S3(args) => s3_bench_cmd::run(&args),
         },
+    }
+}
+
+/// Files and folders the store commands create (data folder, device folders, segment files,
+/// layout, credentials) are their owner's alone: the umask makes them 0600 and 0700.
+fn private_files() {
+    #[cfg(unix)]
+    // SAFETY: umask only replaces the process's file mode creation mask; it has no failure.
+    unsafe {
+        libc::umask(0o077);
     }
 }
 

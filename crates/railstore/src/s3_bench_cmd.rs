@@ -221,7 +221,7 @@ async fn in_process(
             region: args.region.clone(),
             access_key: access_key.clone(),
             secret_key: secret_key.clone(),
-            domain: None,
+            ..S3Config::default()
         },
     )
     .await

@@ -28,7 +28,7 @@ pub struct ConfigArgs {
 }
 
 /// The `[server]` table.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerSection {
     /// Listening address.
@@ -41,6 +41,41 @@ pub struct ServerSection {
     pub access_key: Option<String>,
     /// Secret key.
     pub secret_key: Option<String>,
+    /// Connections served at once; more wait in the listen backlog.
+    #[serde(default = "default_connections_max")]
+    pub connections_max: usize,
+    /// How long a request's head may take, and an idle keep-alive connection may stay.
+    #[serde(default = "default_header_read_timeout_ms")]
+    pub header_read_timeout_ms: u64,
+    /// How long a request body may send nothing, or a client read nothing of a response.
+    #[serde(default = "default_body_idle_timeout_ms")]
+    pub body_idle_timeout_ms: u64,
+    /// Bytes of a browser-form POST read to find its fields.
+    #[serde(default = "default_post_form_bytes_max")]
+    pub post_form_bytes_max: usize,
+    /// Accept AWS Signature Version 2.
+    #[serde(default)]
+    pub sigv2: bool,
+    /// Bearer token `/metrics` and `/status` require; open without one.
+    pub operator_token: Option<String>,
+}
+
+impl std::fmt::Debug for ServerSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hidden = |v: &Option<String>| v.as_ref().map(|_| "<hidden>");
+        f.debug_struct("ServerSection")
+            .field("listen", &self.listen)
+            .field("region", &self.region)
+            .field("access_key", &self.access_key)
+            .field("secret_key", &hidden(&self.secret_key))
+            .field("connections_max", &self.connections_max)
+            .field("header_read_timeout_ms", &self.header_read_timeout_ms)
+            .field("body_idle_timeout_ms", &self.body_idle_timeout_ms)
+            .field("post_form_bytes_max", &self.post_form_bytes_max)
+            .field("sigv2", &self.sigv2)
+            .field("operator_token", &hidden(&self.operator_token))
+            .finish()
+    }
 }
 
 fn default_listen() -> SocketAddr {
@@ -51,6 +86,22 @@ fn default_region() -> String {
     "us-east-1".into()
 }
 
+fn default_connections_max() -> usize {
+    railstore_s3::CONNECTIONS_MAX
+}
+
+fn default_header_read_timeout_ms() -> u64 {
+    railstore_s3::HEADER_READ_TIMEOUT.as_millis() as u64
+}
+
+fn default_body_idle_timeout_ms() -> u64 {
+    railstore_s3::BODY_IDLE_TIMEOUT.as_millis() as u64
+}
+
+fn default_post_form_bytes_max() -> usize {
+    railstore_s3::POST_FORM_BYTES_MAX
+}
+
 impl Default for ServerSection {
     fn default() -> Self {
         ServerSection {
@@ -58,6 +109,33 @@ impl Default for ServerSection {
             region: default_region(),
             access_key: None,
             secret_key: None,
+            connections_max: default_connections_max(),
+            header_read_timeout_ms: default_header_read_timeout_ms(),
+            body_idle_timeout_ms: default_body_idle_timeout_ms(),
+            post_form_bytes_max: default_post_form_bytes_max(),
+            sigv2: false,
+            operator_token: None,
+        }
+    }
+}
+
+impl ServerSection {
+    /// The S3 endpoint's configuration for this section and key pair.
+    pub fn s3_config(&self, access_key: String, secret_key: String) -> railstore_s3::S3Config {
+        railstore_s3::S3Config {
+            listen: self.listen,
+            region: self.region.clone(),
+            access_key,
+            secret_key,
+            domain: None,
+            limits: railstore_s3::Limits {
+                connections_max: self.connections_max,
+                header_read_timeout: Duration::from_millis(self.header_read_timeout_ms),
+                body_idle_timeout: Duration::from_millis(self.body_idle_timeout_ms),
+                post_form_bytes_max: self.post_form_bytes_max,
+            },
+            sigv2: self.sigv2,
+            operator_token: self.operator_token.clone(),
         }
     }
 }
@@ -139,6 +217,35 @@ pub fn credentials(server: &ServerSection, data_dir: &Path) -> Result<(String, S
     Ok((access, secret, true))
 }
 
+/// Takes group and other permissions away from an existing data folder or credentials file
+/// (made before files were private); what the process creates is private through its umask
+/// (`main`).
+fn keep_private(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let Ok(meta) = std::fs::symlink_metadata(path) else {
+            return;
+        };
+        let mode = meta.permissions().mode() & 0o7777;
+        if meta.file_type().is_symlink() || mode & 0o077 == 0 {
+            return;
+        }
+        let private = mode & 0o700;
+        match std::fs::set_permissions(path, std::fs::Permissions::from_mode(private)) {
+            Ok(()) => tracing::warn!(
+                path = %path.display(),
+                "permissions were {mode:04o}; now {private:04o}, for its owner alone"
+            ),
+            Err(e) => tracing::warn!(
+                path = %path.display(),
+                error = %e,
+                "permissions are {mode:04o} (others may read it) and could not be narrowed"
+            ),
+        }
+    }
+}
+
 fn write_private(path: &Path, text: &str) -> Result<()> {
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true).create_new(true);
@@ -171,6 +278,10 @@ pub struct ServeArgs {
     /// S3 secret key, with `--access-key`.
     #[arg(long, env = "RAILSTORE_SECRET_KEY", hide_env_values = true)]
     pub secret_key: Option<String>,
+    /// Bearer token that `GET /metrics` and `GET /status` require (overrides
+    /// `[server].operator_token`); without one they are open.
+    #[arg(long, env = "RAILSTORE_OPERATOR_TOKEN", hide_env_values = true)]
+    pub operator_token: Option<String>,
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
@@ -212,8 +323,13 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
              RAILSTORE_SECRET_KEY), or neither"
         ),
     }
+    if let Some(t) = &args.operator_token {
+        loaded.server.operator_token = Some(t.clone());
+    }
     let Loaded { store: cfg, server } = loaded;
+    keep_private(&cfg.data_dir);
     let (access_key, secret_key, generated) = credentials(&server, &cfg.data_dir)?;
+    keep_private(&cfg.data_dir.join("credentials.toml"));
     let rt = runtime()?;
     rt.block_on(async move {
         tracing::info!(data_dir = %cfg.data_dir.display(), "opening the store");
@@ -248,12 +364,12 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
             bytes = status.object_bytes,
             "contents"
         );
+        // Never the secret key: logs are collected, shipped and kept.
         if generated {
             tracing::info!(
                 access_key = %access_key,
-                secret_key = %secret_key,
                 file = %cfg.data_dir.join("credentials.toml").display(),
-                "generated an access key pair (kept in the file named here)"
+                "generated an access key pair; its secret key is in the file named here (mode 0600)"
             );
         } else {
             tracing::info!(access_key = %access_key, "S3 access key");
@@ -274,13 +390,20 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
                 }
             });
         }
-        let s3 = railstore_s3::S3Config {
-            listen: server.listen,
-            region: server.region.clone(),
-            access_key,
-            secret_key,
-            domain: None,
-        };
+        let s3 = server.s3_config(access_key, secret_key);
+        if s3.sigv2 {
+            tracing::warn!(
+                "AWS Signature Version 2 is accepted ([server] sigv2 = true): its signatures are \
+                 compared in variable time and its header form is not checked for age"
+            );
+        }
+        if s3.operator_token.is_none() && !server.listen.ip().is_loopback() {
+            tracing::warn!(
+                "/metrics and /status are open to anyone who reaches {}: set [server] \
+                 operator_token (or --operator-token) to require a bearer token",
+                server.listen
+            );
+        }
         let bound = railstore_s3::bind(store.clone(), s3)
             .await
             .with_context(|| format!("listening on {}", server.listen))?;
@@ -336,13 +459,15 @@ pub struct StatusArgs {
 }
 
 /// GET `path` from a server over plain HTTP/1.1; returns the body.
-fn http_get(addr: &str, path: &str) -> Result<String> {
+/// GETs `path` from the server's operator endpoints, with the operator token when one is set.
+fn http_get(addr: &str, path: &str, token: Option<&str>) -> Result<String> {
     let mut s =
         std::net::TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
     )?;
     let mut resp = String::new();
     s.read_to_string(&mut resp)?;
@@ -358,7 +483,7 @@ fn http_get(addr: &str, path: &str) -> Result<String> {
 pub fn status(args: &StatusArgs) -> Result<()> {
     let loaded = args.config.load()?;
     let ask = |addr: &str| -> Result<StoreStatus> {
-        let body = http_get(addr, "/status")?;
+        let body = http_get(addr, "/status", loaded.server.operator_token.as_deref())?;
         serde_json::from_str(&body).context("parsing the server's status")
     };
     let status = match &args.server {
@@ -392,6 +517,9 @@ fn print_status(s: &StoreStatus) {
     println!("data folder  {}", s.data_dir);
     println!("policy       {}", s.policy);
     println!("separation   {}", if s.separation { "on" } else { "off" });
+    if let Some((id, epoch)) = &s.array {
+        println!("array        {id}, epoch {epoch}");
+    }
     println!(
         "contents     {} buckets, {} objects, {} bytes, {} multipart uploads",
         s.buckets, s.objects, s.object_bytes, s.uploads
@@ -410,7 +538,11 @@ fn print_status(s: &StoreStatus) {
             d.used_bytes,
             d.capacity_bytes,
             d.keys,
-            if d.healthy { "ok" } else { "FAILED" },
+            match (d.healthy, d.recorded) {
+                (_, Some(railstore_store::DeviceHealth::Rebuilding)) => "REBUILD",
+                (true, _) => "ok",
+                (false, _) => "FAILED",
+            },
             d.path.as_deref().unwrap_or("(memory)")
         );
         if let Some(e) = &d.error {
@@ -579,4 +711,40 @@ pub fn rebuild(args: &RebuildArgs) -> Result<()> {
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_server_table_is_the_default() {
+        let mut table: toml::Table = toml::from_str(EXAMPLE_TOML).unwrap();
+        let server: ServerSection = table.remove("server").unwrap().try_into().unwrap();
+        assert_eq!(
+            format!("{server:?}"),
+            format!("{:?}", ServerSection::default())
+        );
+        let s3 = server.s3_config("a".into(), "s".into());
+        assert_eq!(s3.limits, railstore_s3::Limits::default());
+        assert!(!s3.sigv2);
+        assert!(s3.operator_token.is_none());
+    }
+
+    #[test]
+    fn secrets_stay_out_of_debug_output() {
+        let server: ServerSection = toml::from_str(
+            "secret_key = \"s3cr3t-key\"\naccess_key = \"AK\"\noperator_token = \"t0ken\"\n",
+        )
+        .unwrap();
+        let shown = format!(
+            "{server:?} {:?}",
+            server.s3_config("AK".into(), "s3cr3t-key".into())
+        );
+        assert!(shown.contains("AK"), "{shown}");
+        assert!(
+            !shown.contains("s3cr3t-key") && !shown.contains("t0ken"),
+            "{shown}"
+        );
+    }
 }

@@ -97,7 +97,13 @@ fn deletes_stay_deleted_through_kill_status_scrub_and_restart() {
         status["objects"], 0,
         "status lists deleted objects: {status}"
     );
+    let marker = dir.path().join("data").join("clean-shutdown");
+    assert!(
+        !marker.exists(),
+        "status marked a folder that owes a scrub as cleanly shut down"
+    );
     railstore(&["scrub", "--config", file, "--quiet"]);
+    assert!(marker.exists(), "a finished scrub leaves the folder clean");
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {

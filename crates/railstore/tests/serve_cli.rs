@@ -73,6 +73,16 @@ impl Served {
     }
 }
 
+impl Drop for Served {
+    /// A test that fails half-way leaves no server behind.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// `railstore bench s3` against `endpoint` with these keys: (success, errors counted).
 fn load(endpoint: &str, access: &str, secret: &str) -> (bool, u64, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
@@ -183,4 +193,270 @@ fn serve_refuses_half_a_key_pair() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--secret-key"), "{stderr}");
     assert!(!dir.path().join("data").exists(), "something was created");
+}
+
+/// The address a started server logged.
+fn endpoint_of(served: &mut Served) -> String {
+    let line = served.wait_for("listening on");
+    line[line.find("http://").expect("an address")..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// A bare `GET path` with `extra` header lines: (status line, body).
+fn http_get(endpoint: &str, path: &str, extra: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let addr = endpoint.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{extra}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    )
+}
+
+/// Paths under `dir` (itself included) that group or others may use.
+#[cfg(unix)]
+fn not_private(dir: &Path) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(p) = todo.pop() {
+        let meta = std::fs::symlink_metadata(&p).unwrap();
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            out.push(format!("{} {mode:04o}", p.display()));
+        }
+        if meta.is_dir() {
+            todo.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        }
+    }
+    out
+}
+
+#[cfg(unix)]
+#[test]
+fn serve_never_logs_the_secret_key_and_keeps_its_files_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let start = || {
+        Served::start(
+            Command::new(env!("CARGO_BIN_EXE_railstore"))
+                .arg("serve")
+                .arg("--config")
+                .arg(config_file(dir.path()))
+                .arg("--data")
+                .arg(&data)
+                .args(["--listen", "127.0.0.1:0"])
+                .env_remove("RAILSTORE_ACCESS_KEY")
+                .env_remove("RAILSTORE_SECRET_KEY")
+                .env_remove("RAILSTORE_OPERATOR_TOKEN")
+                .env_remove("RUST_LOG"),
+        )
+    };
+    let mut served = start();
+    let generated = served.wait_for("generated an access key pair");
+    let endpoint = endpoint_of(&mut served);
+    let keys: toml::Table =
+        toml::from_str(&std::fs::read_to_string(data.join("credentials.toml")).unwrap()).unwrap();
+    let access = keys["access_key"].as_str().unwrap().to_string();
+    let secret = keys["secret_key"].as_str().unwrap().to_string();
+    // The log names the access key and the file, never the secret.
+    assert!(generated.contains(&access), "{generated}");
+    assert!(generated.contains("credentials.toml"), "{generated}");
+    // The pair from the file signs requests (objects land in segment files).
+    let (ok, errors, out) = load(&endpoint, &access, &secret);
+    assert!(ok && errors == 0, "{out}");
+    let (status, log) = served.terminate();
+    assert!(status.success(), "{log}");
+    assert!(
+        !log.contains(&secret),
+        "the secret key is in the log:\n{log}"
+    );
+    // Everything the server made is its owner's alone: 0600 files, 0700 folders.
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&data.join("credentials.toml")), 0o600);
+    assert_eq!(mode(&data), 0o700);
+    assert!(std::fs::read_dir(data.join("devices")).is_ok());
+    let open = not_private(&data);
+    assert!(open.is_empty(), "readable by others: {open:#?}");
+
+    // A data folder and key file made readable by others are narrowed at the next start.
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(
+        data.join("credentials.toml"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let mut served = start();
+    served.wait_for("listening on");
+    let (status, log) = served.terminate();
+    assert!(status.success(), "{log}");
+    assert!(log.contains(&access) && !log.contains(&secret), "{log}");
+    assert_eq!(mode(&data), 0o700);
+    assert_eq!(mode(&data.join("credentials.toml")), 0o600);
+}
+
+/// VmHWM (the peak resident set) of a process, in bytes.
+#[cfg(target_os = "linux")]
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .expect("VmHWM");
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib << 10
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn an_anonymous_half_gigabyte_form_post_does_not_grow_the_server() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let mut served = Served::start(
+        Command::new(env!("CARGO_BIN_EXE_railstore"))
+            .arg("serve")
+            .arg("--config")
+            .arg(config_file(dir.path()))
+            .arg("--data")
+            .arg(dir.path().join("data"))
+            .args(["--listen", "127.0.0.1:0"])
+            .env("RAILSTORE_ACCESS_KEY", "form-access")
+            .env("RAILSTORE_SECRET_KEY", "form-secret-0123456789"),
+    );
+    let endpoint = endpoint_of(&mut served);
+    let (status, _) = http_get(&endpoint, "/status", "");
+    assert!(status.contains(" 200 "), "{status}");
+    let pid = served.child.id();
+    let before = peak_rss(pid);
+
+    // `curl -F key=x -F file=@big`, the file 512 MiB made on the fly.
+    const FILE: u64 = 512 << 20;
+    let addr = endpoint.trim_start_matches("http://").to_string();
+    let prefix = b"--b0undary\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\nx\r\n\
+        --b0undary\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big\"\r\n\
+        Content-Type: application/octet-stream\r\n\r\n";
+    let suffix = b"\r\n--b0undary--\r\n";
+    let len = prefix.len() as u64 + FILE + suffix.len() as u64;
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut r = s.try_clone().unwrap();
+    r.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = r.read_to_end(&mut buf);
+        String::from_utf8_lossy(&buf).into_owned()
+    });
+    write!(
+        s,
+        "POST /anybucket HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: curl/8\r\n\
+         Content-Type: multipart/form-data; boundary=b0undary\r\nContent-Length: {len}\r\n\r\n"
+    )
+    .unwrap();
+    let mut written = 0u64;
+    if s.write_all(prefix).is_ok() {
+        let chunk = vec![0x5au8; 1 << 20];
+        while written < FILE {
+            match s.write(&chunk[..chunk.len().min((FILE - written) as usize)]) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => written += n as u64,
+            }
+        }
+        if written == FILE {
+            let _ = s.write_all(suffix);
+        }
+    }
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let response = reader.join().unwrap();
+    let after = peak_rss(pid);
+    eprintln!("peak RSS {before} -> {after} bytes; {written} file bytes written");
+    assert!(
+        after.saturating_sub(before) <= 8 << 20,
+        "the server's peak RSS grew from {before} to {after} bytes"
+    );
+    assert!(
+        written < 64 << 20,
+        "the server took {written} of the file's {FILE} bytes before answering"
+    );
+    assert!(response.starts_with("HTTP/1.1 403"), "{response}");
+    assert!(response.contains("<Code>AccessDenied</Code>"), "{response}");
+    let (status, log) = served.terminate();
+    assert!(status.success(), "{log}");
+}
+
+#[test]
+fn serve_takes_its_limits_and_operator_token_from_the_configuration() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("railstore.toml");
+    std::fs::write(
+        &config,
+        "[server]\noperator_token = \"from-the-file\"\nheader_read_timeout_ms = 300\n\
+         connections_max = 8\nbody_idle_timeout_ms = 1000\npost_form_bytes_max = 4096\n\
+         sigv2 = false\n\
+         [devices]\ncapacity_bytes = 1073741824\ndirect_io = false\n",
+    )
+    .unwrap();
+    let mut served = Served::start(
+        Command::new(env!("CARGO_BIN_EXE_railstore"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .arg("--data")
+            .arg(dir.path().join("data"))
+            .args(["--listen", "127.0.0.1:0"])
+            .env("RAILSTORE_ACCESS_KEY", "cfg-access")
+            .env("RAILSTORE_SECRET_KEY", "cfg-secret-0123456789")
+            .env_remove("RAILSTORE_OPERATOR_TOKEN"),
+    );
+    let endpoint = endpoint_of(&mut served);
+    for path in ["/status", "/metrics"] {
+        let (status, body) = http_get(&endpoint, path, "");
+        assert!(status.contains(" 401 "), "{path}: {status}");
+        assert!(
+            !body.contains("railstore_") && !body.contains("devices"),
+            "{body}"
+        );
+        let (status, _) = http_get(&endpoint, path, "Authorization: Bearer wrong\r\n");
+        assert!(status.contains(" 401 "), "{path}: {status}");
+        let (status, body) = http_get(&endpoint, path, "Authorization: Bearer from-the-file\r\n");
+        assert!(status.contains(" 200 "), "{path}: {status}");
+        assert!(!body.is_empty());
+    }
+    // The 300 ms head timeout: an idle connection is closed long before the default 30 s.
+    let mut idle = std::net::TcpStream::connect(endpoint.trim_start_matches("http://")).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let started = std::time::Instant::now();
+    let _ = idle.read_to_end(&mut Vec::new());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    // S3 requests still work with the file's limits.
+    let (ok, errors, out) = load(&endpoint, "cfg-access", "cfg-secret-0123456789");
+    assert!(ok && errors == 0, "{out}");
+    let (status, log) = served.terminate();
+    assert!(status.success(), "{log}");
+    assert!(
+        !log.contains("from-the-file"),
+        "the token is in the log:\n{log}"
+    );
 }

@@ -391,6 +391,14 @@ fn classify(e: &(dyn std::error::Error + 'static)) -> (S3ErrorCode, u16, String)
             400,
             "The provided 'x-amz-content-sha256' header does not match what was computed.".into(),
         )
+    } else if text.contains(crate::guard::BODY_IDLE_MARKER) {
+        (
+            S3ErrorCode::RequestTimeout,
+            400,
+            "Your socket connection to the server was not read from or written to within the \
+             timeout period."
+                .into(),
+        )
     } else if text.contains("SignatureMismatch") {
         (
             S3ErrorCode::SignatureDoesNotMatch,

@@ -2,12 +2,22 @@
 //! HTTP or maps errors to HTTP statuses.
 //!
 //! [`serve`] (or [`bind`] then [`Server::serve`]) listens on one address, HTTP/1.1, and answers:
-//! - `GET /metrics` (Prometheus text) and `GET /status` (JSON), without authentication; a
-//!   *signed* `GET /metrics` is ListObjects on a bucket named `metrics`;
+//! - `GET /metrics` (Prometheus text) and `GET /status` (JSON), open, or behind
+//!   `Authorization: Bearer <token>` when [`S3Config::operator_token`] is set; a *signed*
+//!   `GET /metrics` is ListObjects on a bucket named `metrics`;
 //! - everything else as S3, path style (and virtual-hosted style under
 //!   [`S3Config::domain`]), authenticated with AWS Signature V4 against the one configured key
 //!   pair — `Authorization` header, presigned URL, and aws-chunked bodies (signed or
-//!   unsigned, with trailers). Anonymous requests get `AccessDenied`.
+//!   unsigned, with trailers). Anonymous requests get `AccessDenied` before their body is
+//!   read. Signature V2 is refused (`AccessDenied`) unless [`S3Config::sigv2`] is set.
+//!
+//! # Hostile clients
+//! [`Limits`] bounds what one client can make the server hold: connections at once, the time
+//! to send a request head (and to idle between requests), the time a request body may send
+//! nothing or a response go unread, and the bytes of a browser-form POST read to find its
+//! fields. s3s reads such a form, and buffers its whole file, before it checks the
+//! signature; the router therefore answers every form POST itself (POST uploads are not
+//! supported) after reading at most [`Limits::post_form_bytes_max`] of it.
 //!
 //! # Supported
 //! - Buckets: ListBuckets (prefix, max-buckets, continuation token), CreateBucket
@@ -51,7 +61,8 @@
 //! - Versioning, object lock, server-side encryption (SSE-S3, SSE-KMS, SSE-C: refused with
 //!   `NotImplemented`), ACLs and policies (accepted and ignored: the one key pair may do
 //!   everything), tagging, lifecycle, CORS, website, replication, notifications, SigV4a,
-//!   POST uploads, UploadPartCopy, GetObjectAttributes, SelectObjectContent.
+//!   POST uploads (browser forms: refused, their file unread), UploadPartCopy,
+//!   GetObjectAttributes, SelectObjectContent.
 //! - Other conditional writes: `If-Match: *`, `If-None-Match` with an ETag, both at once,
 //!   and deletes conditional on time or size (`NotImplemented`).
 //! - GET/HEAD with `partNumber` on a multipart object (the store keeps no part boundaries of
@@ -60,17 +71,19 @@
 //!   bodies are not checked. CopyObject does not compute new checksums.
 //! - Headers above [`REQUEST_HEADER_BYTES_MAX`] get S3's `RequestHeaderSectionTooLarge`, but
 //!   request heads above [`REQUEST_HEAD_BYTES_MAX`] get hyper's bare `431`, not an S3 XML
-//!   error. There is no limit on concurrent requests and no timeout on reading bodies.
+//!   error. A connection cut for a slow head or an unread response gets no S3 error either.
 
 mod body;
 mod checksum;
 mod errors;
+mod guard;
 mod server;
 mod service;
 mod util;
 
 pub use server::{
-    bind, s3_service, serve, S3Config, ServeError, Server, HEADER_READ_TIMEOUT,
-    REQUEST_HEADERS_MAX, REQUEST_HEADER_BYTES_MAX, REQUEST_HEAD_BYTES_MAX, SHUTDOWN_GRACE,
+    bind, s3_service, serve, Limits, S3Config, ServeError, Server, BODY_IDLE_TIMEOUT,
+    CONNECTIONS_MAX, HEADER_READ_TIMEOUT, POST_FORM_BYTES_MAX, REQUEST_HEADERS_MAX,
+    REQUEST_HEADER_BYTES_MAX, REQUEST_HEAD_BYTES_MAX, SHUTDOWN_GRACE,
 };
 pub use service::{RailS3, MECHANISM_HEADER};

@@ -1,6 +1,8 @@
 //! The HTTP server: one listener, HTTP/1.1 (hyper), `/metrics` and `/status` answered here,
-//! everything else handed to s3s with SigV4 authentication.
+//! everything else handed to s3s with SigV4 authentication. The limits against hostile
+//! clients ([`Limits`], [`crate::guard`]) apply before s3s sees a request.
 
+use crate::guard::{self, FormVerdict, IdleBody, IdleWrites};
 use crate::service::RailS3;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
@@ -12,10 +14,11 @@ use s3s::service::{S3Service, S3ServiceBuilder};
 use s3s::HttpError;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 /// How the S3 endpoint listens and whom it lets in.
@@ -32,6 +35,63 @@ pub struct S3Config {
     /// Base domain for virtual-hosted-style requests (`bucket.<domain>`); path style always
     /// works.
     pub domain: Option<String>,
+    /// What one client may make the server hold, and for how long.
+    pub limits: Limits,
+    /// Accept AWS Signature Version 2 (`Authorization: AWS key:signature`, or the
+    /// `AWSAccessKeyId`/`Signature`/`Expires` query). Off by default: such requests get 403
+    /// `AccessDenied`. s3s checks Version 2 with a comparison that is not constant-time and,
+    /// in the header form, without looking at the date, so a captured request can be replayed.
+    pub sigv2: bool,
+    /// When set, `GET /metrics` and `GET /status` require `Authorization: Bearer <token>`
+    /// (others get 401). When `None` they are open to anyone who can reach the listener.
+    pub operator_token: Option<String>,
+}
+
+/// Limits on what one client can make the server hold. Every one has a default
+/// ([`Limits::default`]); docs/s3.md has the table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections served at once. Past it, new connections wait in the kernel's listen
+    /// backlog until one closes.
+    pub connections_max: usize,
+    /// How long a client may take to send a request's head, and how long an idle keep-alive
+    /// connection stays open. Past it, the connection is closed.
+    pub header_read_timeout: Duration,
+    /// How long a request body may send nothing while the server waits for it (400
+    /// `RequestTimeout`, connection closed), and how long a client may read nothing of a
+    /// response (connection closed).
+    pub body_idle_timeout: Duration,
+    /// Bytes of a browser-form POST read to find its fields (the file that follows is never
+    /// read: POST uploads are not supported). Past it, 400 `MaxPostPreDataLengthExceeded`.
+    pub post_form_bytes_max: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            connections_max: CONNECTIONS_MAX,
+            header_read_timeout: HEADER_READ_TIMEOUT,
+            body_idle_timeout: BODY_IDLE_TIMEOUT,
+            post_form_bytes_max: POST_FORM_BYTES_MAX,
+        }
+    }
+}
+
+impl Default for S3Config {
+    /// 127.0.0.1:9000, `us-east-1`, default limits, SigV2 off, operator endpoints open, and no
+    /// key pair (which [`s3_service`] refuses: set one).
+    fn default() -> Self {
+        S3Config {
+            listen: "127.0.0.1:9000".parse().expect("a valid address"),
+            region: "us-east-1".into(),
+            access_key: String::new(),
+            secret_key: String::new(),
+            domain: None,
+            limits: Limits::default(),
+            sigv2: false,
+            operator_token: None,
+        }
+    }
 }
 
 impl std::fmt::Debug for S3Config {
@@ -42,6 +102,12 @@ impl std::fmt::Debug for S3Config {
             .field("access_key", &self.access_key)
             .field("secret_key", &"<hidden>")
             .field("domain", &self.domain)
+            .field("limits", &self.limits)
+            .field("sigv2", &self.sigv2)
+            .field(
+                "operator_token",
+                &self.operator_token.as_ref().map(|_| "<hidden>"),
+            )
             .finish()
     }
 }
@@ -71,8 +137,17 @@ pub const REQUEST_HEAD_BYTES_MAX: usize = 64 << 10;
 pub const REQUEST_HEADER_BYTES_MAX: usize = 16 << 10;
 /// Headers accepted in one request.
 pub const REQUEST_HEADERS_MAX: usize = 200;
-/// How long a client may take to send a request's head.
+/// How long a client may take to send a request's head (default of
+/// [`Limits::header_read_timeout`]).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Connections served at once (default of [`Limits::connections_max`]). Each takes a file
+/// descriptor.
+pub const CONNECTIONS_MAX: usize = 512;
+/// How long a body may stall (default of [`Limits::body_idle_timeout`]).
+pub const BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Bytes of a POST form read to find its fields (default of
+/// [`Limits::post_form_bytes_max`]).
+pub const POST_FORM_BYTES_MAX: usize = 64 << 10;
 /// How long open connections get to finish after shutdown begins.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
@@ -88,7 +163,41 @@ pub fn s3_service(store: Store, cfg: &S3Config) -> Result<S3Service, ServeError>
     if cfg.region.is_empty() {
         return Err(ServeError::Config("the region must not be empty".into()));
     }
+    let l = &cfg.limits;
+    if l.connections_max == 0 {
+        return Err(ServeError::Config(
+            "connections_max must be at least 1".into(),
+        ));
+    }
+    if l.header_read_timeout.is_zero() || l.body_idle_timeout.is_zero() {
+        return Err(ServeError::Config(
+            "header_read_timeout and body_idle_timeout must be above zero".into(),
+        ));
+    }
+    if l.post_form_bytes_max < 1024 {
+        return Err(ServeError::Config(
+            "post_form_bytes_max must be at least 1024".into(),
+        ));
+    }
+    if cfg
+        .operator_token
+        .as_deref()
+        .is_some_and(|t| t.trim().is_empty())
+    {
+        return Err(ServeError::Config(
+            "the operator token must not be empty".into(),
+        ));
+    }
     let mut builder = S3ServiceBuilder::new(RailS3::new(store, cfg.region.clone()));
+    // s3s never sees a POST form (the router answers those), but should one get through,
+    // these bound what it buffers.
+    let mut s3s_config = s3s::config::S3Config::default();
+    s3s_config.form_max_fields_size = l.post_form_bytes_max;
+    s3s_config.form_max_field_size = l.post_form_bytes_max;
+    s3s_config.post_object_max_file_size = 0;
+    builder.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(
+        s3s_config,
+    ))));
     builder.set_auth(OneKey {
         access_key: cfg.access_key.clone(),
         secret_key: SecretKey::from(cfg.secret_key.as_str()),
@@ -150,7 +259,13 @@ pub async fn bind(store: Store, cfg: S3Config) -> Result<Server, ServeError> {
     Ok(Server {
         listener,
         addr,
-        router: Arc::new(Router { s3, store }),
+        router: Arc::new(Router {
+            s3,
+            store,
+            limits: cfg.limits,
+            sigv2: cfg.sigv2,
+            operator_token: cfg.operator_token,
+        }),
     })
 }
 
@@ -175,14 +290,30 @@ impl Server {
         tracing::info!("listening on http://{}", self.addr);
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut conns = JoinSet::new();
+        let connections_max = self.router.limits.connections_max;
+        let slots = Arc::new(Semaphore::new(connections_max));
+        let full = AtomicBool::new(false);
+        // A connection is accepted only with a slot in hand: past the limit, clients wait in
+        // the listen backlog.
+        let mut slot: Option<OwnedSemaphorePermit> = None;
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
-                accepted = self.listener.accept() => match accepted {
+                permit = next_slot(&slots, &full, connections_max), if slot.is_none() => {
+                    slot = Some(permit);
+                }
+                accepted = self.listener.accept(), if slot.is_some() => match accepted {
                     Ok((stream, peer)) => {
                         let _ = stream.set_nodelay(true);
-                        conns.spawn(connection(stream, peer, self.router.clone(), stop_rx.clone()));
+                        let permit = slot.take().expect("accepting only with a slot");
+                        conns.spawn(connection(
+                            stream,
+                            peer,
+                            self.router.clone(),
+                            stop_rx.clone(),
+                            permit,
+                        ));
                     }
                     Err(e) => {
                         // Out of file descriptors and the like: wait, do not spin.
@@ -214,12 +345,33 @@ impl Server {
     }
 }
 
+/// A connection slot; warns once each time the limit is reached.
+async fn next_slot(slots: &Arc<Semaphore>, full: &AtomicBool, max: usize) -> OwnedSemaphorePermit {
+    if let Ok(p) = slots.clone().try_acquire_owned() {
+        full.store(false, Ordering::Relaxed);
+        return p;
+    }
+    if !full.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            connections_max = max,
+            "connection limit reached: new connections wait until one closes"
+        );
+    }
+    slots
+        .clone()
+        .acquire_owned()
+        .await
+        .expect("the semaphore is never closed")
+}
+
 async fn connection(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
     router: Arc<Router>,
     mut stop: watch::Receiver<bool>,
+    _slot: OwnedSemaphorePermit,
 ) {
+    let limits = router.limits.clone();
     let service = hyper::service::service_fn(move |req| {
         let router = router.clone();
         async move { router.route(req).await }
@@ -227,11 +379,12 @@ async fn connection(
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .header_read_timeout(limits.header_read_timeout)
         .max_buf_size(REQUEST_HEAD_BYTES_MAX)
         .max_headers(REQUEST_HEADERS_MAX)
         .keep_alive(true);
-    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    let io = IdleWrites::new(stream, limits.body_idle_timeout);
+    let conn = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
     let mut stopping = false;
     loop {
@@ -252,14 +405,19 @@ async fn connection(
     }
 }
 
-/// Answers the unauthenticated operator endpoints and hands the rest to s3s.
+/// Answers the operator endpoints, refuses what s3s must not see, and hands the rest to s3s.
 struct Router {
     s3: S3Service,
     store: Store,
+    limits: Limits,
+    sigv2: bool,
+    operator_token: Option<String>,
 }
 
 impl Router {
     async fn route(&self, req: Request<Incoming>) -> Result<Response<s3s::Body>, HttpError> {
+        let idle = self.limits.body_idle_timeout;
+        let req = req.map(|b| IdleBody::new(b, idle));
         let header_bytes: usize = req
             .headers()
             .iter()
@@ -275,7 +433,26 @@ impl Router {
                 ),
             ));
         }
-        if req.method() == Method::GET && !is_signed(&req) {
+        if req.method() == Method::GET
+            && !is_signed(&req)
+            && matches!(req.uri().path(), "/metrics" | "/status")
+        {
+            if let Some(token) = &self.operator_token {
+                if !guard::bearer_matches(req.headers(), token) {
+                    let mut resp = plain(
+                        StatusCode::UNAUTHORIZED,
+                        "text/plain; charset=utf-8",
+                        Bytes::from_static(
+                            b"this endpoint needs Authorization: Bearer <operator token>\n",
+                        ),
+                    );
+                    resp.headers_mut().insert(
+                        http::header::WWW_AUTHENTICATE,
+                        http::HeaderValue::from_static("Bearer realm=\"railstore\""),
+                    );
+                    return Ok(resp);
+                }
+            }
             match req.uri().path() {
                 "/metrics" => {
                     let text = self.store.metrics_text().await;
@@ -293,20 +470,95 @@ impl Router {
                 _ => {}
             }
         }
-        self.s3.call(req.map(s3s::Body::from)).await
+        if !self.sigv2 && guard::is_sigv2(&req) {
+            return Ok(closing(xml_error(
+                StatusCode::FORBIDDEN,
+                "AccessDenied",
+                "AWS Signature Version 2 is disabled on this server: sign requests with \
+                 Signature Version 4 (or set [server] sigv2 = true).",
+            )));
+        }
+        if guard::is_form_post(&req) {
+            return Ok(self.form_post(req).await);
+        }
+        self.s3.call(req.map(s3s::Body::http_body)).await
+    }
+
+    /// A browser-form POST (POST Object). s3s would buffer its file, up to 5 GB, before it
+    /// checks who sent it; POST uploads are not supported, so only the fields are read
+    /// (bounded), to answer an anonymous form `AccessDenied` and a signed one
+    /// `NotImplemented`. The connection closes after the answer, the file unread.
+    async fn form_post(&self, req: Request<IdleBody<Incoming>>) -> Response<s3s::Body> {
+        let (parts, mut body) = req.into_parts();
+        let verdict = guard::read_form_fields(
+            parts.headers.get(http::header::CONTENT_TYPE),
+            &mut body,
+            self.limits.post_form_bytes_max,
+        )
+        .await;
+        let max = self.limits.post_form_bytes_max;
+        let resp = match verdict {
+            FormVerdict::Anonymous => xml_error(
+                StatusCode::FORBIDDEN,
+                "AccessDenied",
+                "Access Denied: the form is not signed.",
+            ),
+            FormVerdict::Signed => xml_error(
+                StatusCode::NOT_IMPLEMENTED,
+                "NotImplemented",
+                "POST uploads (browser forms) are not supported; use PUT or a presigned URL.",
+            ),
+            FormVerdict::TooLarge => xml_error(
+                StatusCode::BAD_REQUEST,
+                "MaxPostPreDataLengthExceeded",
+                &format!(
+                    "Your POST request fields preceding the upload file were too large \
+                     (more than {max} bytes)."
+                ),
+            ),
+            FormVerdict::Malformed(why) => xml_error(
+                StatusCode::BAD_REQUEST,
+                "MalformedPOSTRequest",
+                &format!(
+                    "The body of your POST request is not well-formed multipart/form-data: {why}."
+                ),
+            ),
+            FormVerdict::Body(why) if why.contains(guard::BODY_IDLE_MARKER) => xml_error(
+                StatusCode::BAD_REQUEST,
+                "RequestTimeout",
+                "Your socket connection to the server was not read from or written to within \
+                 the timeout period.",
+            ),
+            FormVerdict::Body(why) => xml_error(
+                StatusCode::BAD_REQUEST,
+                "IncompleteBody",
+                &format!("The request body could not be read: {why}"),
+            ),
+        };
+        closing(resp)
     }
 }
 
 /// `GET /metrics` could also be ListObjects on a bucket named `metrics`: a signed request is
-/// that, an unsigned one the operator endpoint.
+/// that, an unsigned one (or one with a bearer token) the operator endpoint.
 fn is_signed<B>(req: &Request<B>) -> bool {
-    req.headers().contains_key(http::header::AUTHORIZATION)
-        || req.uri().query().is_some_and(|q| {
-            q.split('&').any(|kv| {
-                let k = kv.split('=').next().unwrap_or_default();
-                k.eq_ignore_ascii_case("X-Amz-Signature") || k == "Signature"
-            })
+    req.headers()
+        .get_all(http::header::AUTHORIZATION)
+        .iter()
+        .any(|v| guard::bearer(v.as_bytes()).is_none())
+        || guard::query_keys(req.uri().query().unwrap_or_default()).any(|k| {
+            k.eq_ignore_ascii_case("X-Amz-Signature") || k.eq_ignore_ascii_case("Signature")
         })
+}
+
+/// Marks a response after which the connection closes, so the rest of a request body is not
+/// read.
+fn closing(mut resp: Response<s3s::Body>) -> Response<s3s::Body> {
+    resp.headers_mut().insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("close"),
+    );
+    resp
 }
 
 /// An S3 error document, for the errors answered before s3s sees the request.

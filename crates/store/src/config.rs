@@ -49,6 +49,10 @@ pub struct SeparationConfig {
     pub write_buffer_bytes_max: u64,
     /// Write to a reader when its buffer is full instead of making writers wait.
     pub partial_when_full: bool,
+    /// Journal copies of each buffered write, on distinct devices; `None`: the policy's
+    /// tolerance + 1, which keeps that tolerance through a power failure. Fewer trade that
+    /// guarantee for journal writes.
+    pub journal_copies: Option<usize>,
 }
 
 /// Everything `Store::open` needs.
@@ -112,6 +116,7 @@ impl Default for StoreConfig {
                 guard: Duration::from_millis(50),
                 write_buffer_bytes_max: 256 << 20,
                 partial_when_full: false,
+                journal_copies: None,
             }),
             inline_bytes_max: 64 << 10,
             chunk_bytes: 8 << 20,
@@ -191,6 +196,9 @@ guard_ms = 50
 write_buffer_bytes_max = 268435456
 # Write to a reader when its buffer is full instead of making writers wait.
 partial_when_full = false
+# Journal copies of each buffered write, on distinct devices. Left out: the policy's tolerance
+# + 1 (3 here), so a power failure plus that many lost devices loses nothing acknowledged.
+# journal_copies = 3
 
 [objects]
 # Bodies up to this size live in the object's record; larger ones are cut into chunks.
@@ -230,6 +238,7 @@ struct SeparationSection {
     guard_ms: Option<u64>,
     write_buffer_bytes_max: Option<u64>,
     partial_when_full: Option<bool>,
+    journal_copies: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -283,6 +292,7 @@ impl StoreConfig {
                         .write_buffer_bytes_max
                         .unwrap_or(base.write_buffer_bytes_max),
                     partial_when_full: s.partial_when_full.unwrap_or(base.partial_when_full),
+                    journal_copies: s.journal_copies.or(base.journal_copies),
                 })
             } else {
                 None

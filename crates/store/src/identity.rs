@@ -22,6 +22,7 @@ use railstore_device::{Device, ReadRange, StoreMode};
 use railstore_rails::journal::IDENTITY_KEY;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -91,7 +92,13 @@ pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let tmp = path.with_extension("tmp");
     let io = |what: &str, e| StoreError::io(format!("{what} {}", tmp.display()), e);
-    let mut f = std::fs::File::create(&tmp).map_err(|e| io("creating", e))?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| io("creating", e))?;
     f.write_all(bytes).map_err(|e| io("writing", e))?;
     f.sync_all().map_err(|e| io("syncing", e))?;
     drop(f);

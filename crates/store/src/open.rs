@@ -12,6 +12,7 @@ use crate::store::{reaper, Committer, Inner, State, Store, CLEAN_MARKER, RECORD_
 use railstore_device::{Device, MemConfig, MemDevice};
 use railstore_rails::{RailsConfig, ScheduleConfig};
 use std::fs::File;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -149,20 +150,26 @@ impl Store {
             (None, Vec::new())
         };
         let rails_cfg = match &config.separation {
-            Some(s) => RailsConfig {
-                write_buffer_bytes_max: s.write_buffer_bytes_max,
-                partial_when_full: s.partial_when_full,
-                // A power failure loses every buffer: each buffered piece's journal record on
-                // tolerance + 1 devices keeps the tolerance through it.
-                journal_copies: tolerance + 1,
-                ..RailsConfig::new(ScheduleConfig {
+            Some(s) => {
+                let base = RailsConfig::new(ScheduleConfig {
                     colours: layout.width(),
                     frame: s.frame,
                     window_min: s.window,
                     window_max: s.window,
                     guard: s.guard,
-                })
-            },
+                });
+                // A power failure loses every buffer: each buffered piece's journal record on
+                // tolerance + 1 devices keeps the tolerance through it. The journal's bound
+                // grows with the copies, so it does not bind before the buffers do.
+                let copies = s.journal_copies.unwrap_or(tolerance + 1).max(1);
+                RailsConfig {
+                    write_buffer_bytes_max: s.write_buffer_bytes_max,
+                    partial_when_full: s.partial_when_full,
+                    journal_copies: copies,
+                    journal_bytes_max: base.journal_bytes_max * copies as u64,
+                    ..base
+                }
+            }
             None => pass_through(layout.width()),
         };
         let array = assemble(raw, rails_cfg, config.manager.clone(), &failed).await?;
@@ -313,10 +320,14 @@ fn remove_durably(path: &std::path::Path) -> Result<()> {
 
 fn lock_data_dir(config: &StoreConfig) -> Result<File> {
     let dir = &config.data_dir;
-    std::fs::create_dir_all(dir)
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
         .map_err(|e| StoreError::io(format!("creating {}", dir.display()), e))?;
     let path = dir.join("lock");
     let f = File::options()
+        .mode(0o600)
         .create(true)
         .truncate(false)
         .write(true)

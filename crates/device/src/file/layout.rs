@@ -21,7 +21,7 @@ use crate::format::{
 use crate::{FileConfig, FileLayout};
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -166,7 +166,8 @@ pub(crate) fn open_file(path: &Path, direct: bool, create: bool) -> std::io::Res
     let mut o = OpenOptions::new();
     o.read(true).write(true);
     if create {
-        o.create_new(true);
+        // Only the owner reads a device's data.
+        o.create_new(true).mode(0o600);
     }
     if direct {
         o.custom_flags(libc::O_DIRECT);
@@ -341,8 +342,13 @@ impl Layout {
     }
 
     fn open_dir(dir: &Path, config: &FileConfig) -> Result<Opened> {
-        std::fs::create_dir_all(dir).map_err(|e| DeviceError::io("create device directory", e))?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| DeviceError::io("create device directory", e))?;
         let lock_file = OpenOptions::new()
+            .mode(0o600)
             .create(true)
             .truncate(false)
             .write(true)
@@ -661,7 +667,13 @@ impl Layout {
             Layout::Dir(dir) => {
                 let tmp = dir.join(format!("{CHECKPOINT_FILE}.tmp"));
                 {
-                    let f = File::create(&tmp).map_err(io)?;
+                    let f = OpenOptions::new()
+                        .write(true)
+                        .create(true)
+                        .truncate(true)
+                        .mode(0o600)
+                        .open(&tmp)
+                        .map_err(io)?;
                     f.write_all_at(bytes, 0).map_err(io)?;
                     f.sync_all().map_err(io)?;
                 }

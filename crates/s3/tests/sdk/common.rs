@@ -37,6 +37,11 @@ pub async fn start() -> TestServer {
 }
 
 pub async fn start_with(separation: bool) -> TestServer {
+    start_configured(separation, |_| {}).await
+}
+
+/// As [`start`], with the endpoint's configuration changed by `tweak` first.
+pub async fn start_configured(separation: bool, tweak: impl FnOnce(&mut S3Config)) -> TestServer {
     let config = StoreConfig {
         devices: DevicesConfig {
             kind: DeviceKind::Mem,
@@ -51,22 +56,22 @@ pub async fn start_with(separation: bool) -> TestServer {
             guard: Duration::from_millis(20),
             write_buffer_bytes_max: 256 << 20,
             partial_when_full: false,
+            journal_copies: None,
         }),
         ..StoreConfig::default()
     };
     let store = Store::open(config).await.expect("opening the store");
-    let server = railstore_s3::bind(
-        store.clone(),
-        S3Config {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            region: REGION.into(),
-            access_key: ACCESS_KEY.into(),
-            secret_key: SECRET_KEY.into(),
-            domain: None,
-        },
-    )
-    .await
-    .expect("binding");
+    let mut s3 = S3Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        region: REGION.into(),
+        access_key: ACCESS_KEY.into(),
+        secret_key: SECRET_KEY.into(),
+        ..S3Config::default()
+    };
+    tweak(&mut s3);
+    let server = railstore_s3::bind(store.clone(), s3)
+        .await
+        .expect("binding");
     let addr = server.local_addr();
     let (tx, rx) = oneshot::channel::<()>();
     let task = tokio::spawn(server.serve(async move {
@@ -154,6 +159,22 @@ impl TestServer {
         body: &[u8],
         payload: aws_sigv4::http_request::SignableBody<'_>,
     ) -> Raw {
+        let head = self.signed_head(method, path_and_query, headers, body.len() as u64, payload);
+        let mut bytes = head.into_bytes();
+        bytes.extend_from_slice(body);
+        self.raw(&bytes).await
+    }
+
+    /// The head of a request signed as [`TestServer::signed`] signs it, for a body of
+    /// `body_len` bytes sent separately; it ends with `connection: close` and the blank line.
+    pub fn signed_head(
+        &self,
+        method: &str,
+        path_and_query: &str,
+        headers: &[(&str, String)],
+        body_len: u64,
+        payload: aws_sigv4::http_request::SignableBody<'_>,
+    ) -> String {
         use aws_sigv4::http_request::{
             sign, PayloadChecksumKind, SignableRequest, SigningSettings,
         };
@@ -183,12 +204,9 @@ impl TestServer {
             req.push_str(&format!("{k}: {v}\r\n"));
         }
         req.push_str(&format!(
-            "content-length: {}\r\nconnection: close\r\n\r\n",
-            body.len()
+            "content-length: {body_len}\r\nconnection: close\r\n\r\n"
         ));
-        let mut bytes = req.into_bytes();
-        bytes.extend_from_slice(body);
-        self.raw(&bytes).await
+        req
     }
 
     /// A GET of a presigned URL for the object: the response as [`Raw`].

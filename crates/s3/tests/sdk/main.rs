@@ -4,6 +4,7 @@
 mod buckets;
 mod checksums;
 mod common;
+mod hostile;
 mod listing;
 mod multipart;
 mod objects;

@@ -1,0 +1,518 @@
+//! Defences against hostile clients, applied before s3s sees a request: idle timeouts on
+//! request bodies and on responses a client does not read, the browser-form POST that s3s
+//! would buffer before authenticating, Signature Version 2, and the operator token.
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, Request};
+use hyper::body::{Body, Frame, SizeHint};
+use s3s::StdError;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
+
+/// Text that marks a request body cut off for being idle; `checksum::classify` turns a body
+/// error carrying it into S3's `RequestTimeout`, whatever s3s wrapped it in.
+pub(crate) const BODY_IDLE_MARKER: &str = "RequestTimeout: the request body sent nothing for";
+
+/// The request body stopped arriving for longer than the idle timeout.
+#[derive(Debug, thiserror::Error)]
+#[error("{BODY_IDLE_MARKER} {0:?}")]
+pub(crate) struct BodyIdle(Duration);
+
+/// A deadline that runs only while someone waits on the other side: armed at the first
+/// `Pending` after progress, disarmed by progress.
+struct IdleTimer {
+    idle: Duration,
+    sleep: Option<Pin<Box<Sleep>>>,
+    armed: bool,
+}
+
+impl IdleTimer {
+    fn new(idle: Duration) -> IdleTimer {
+        IdleTimer {
+            idle,
+            sleep: None,
+            armed: false,
+        }
+    }
+
+    fn progress(&mut self) {
+        self.armed = false;
+    }
+
+    /// Called when the inner operation is `Pending`: true once the idle time has passed.
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        let deadline = Instant::now() + self.idle;
+        if !self.armed {
+            self.armed = true;
+            match &mut self.sleep {
+                Some(s) => s.as_mut().reset(deadline),
+                None => self.sleep = Some(Box::pin(tokio::time::sleep_until(deadline))),
+            }
+        }
+        let sleep = self.sleep.as_mut().expect("set when armed");
+        sleep.as_mut().poll(cx).is_ready()
+    }
+}
+
+/// A request body that fails with [`BodyIdle`] when the client sends nothing for the idle
+/// time while the server waits for it. Time the server spends not reading (the store pushing
+/// back) does not count.
+pub(crate) struct IdleBody<B> {
+    inner: B,
+    timer: IdleTimer,
+    timed_out: bool,
+}
+
+impl<B> IdleBody<B> {
+    pub fn new(inner: B, idle: Duration) -> IdleBody<B> {
+        IdleBody {
+            inner,
+            timer: IdleTimer::new(idle),
+            timed_out: false,
+        }
+    }
+}
+
+impl<B> Body for IdleBody<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<StdError>,
+{
+    type Data = Bytes;
+    type Error = StdError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, StdError>>> {
+        let this = self.get_mut();
+        if this.timed_out {
+            return Poll::Ready(Some(Err(Box::new(BodyIdle(this.timer.idle)))));
+        }
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(r) => {
+                this.timer.progress();
+                Poll::Ready(r.map(|f| f.map_err(Into::into)))
+            }
+            Poll::Pending => {
+                if this.timer.expired(cx) {
+                    this.timed_out = true;
+                    tracing::info!(
+                        idle_ms = this.timer.idle.as_millis() as u64,
+                        "a request body stopped arriving: cutting the connection"
+                    );
+                    Poll::Ready(Some(Err(Box::new(BodyIdle(this.timer.idle)))))
+                } else {
+                    Poll::Pending
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        !self.timed_out && self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A connection whose writes fail with `TimedOut` when the client reads nothing of a response
+/// for the idle time (its receive window stays full), so a client that stops reading does not
+/// keep its connection, and what the response holds, forever.
+pub(crate) struct IdleWrites<T> {
+    inner: T,
+    timer: IdleTimer,
+}
+
+impl<T> IdleWrites<T> {
+    pub fn new(inner: T, idle: Duration) -> IdleWrites<T> {
+        IdleWrites {
+            inner,
+            timer: IdleTimer::new(idle),
+        }
+    }
+
+    fn written<R>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<R>>) -> Poll<io::Result<R>> {
+        match r {
+            Poll::Ready(r) => {
+                self.timer.progress();
+                Poll::Ready(r)
+            }
+            Poll::Pending if self.timer.expired(cx) => {
+                tracing::info!(
+                    idle_ms = self.timer.idle.as_millis() as u64,
+                    "a client stopped reading its response: cutting the connection"
+                );
+                Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the client read nothing of the response for the idle timeout",
+                )))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for IdleWrites<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for IdleWrites<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.written(cx, r)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.written(cx, r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_flush(cx);
+        this.written(cx, r)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+/// Whether s3s would take the request as a browser-form POST (POST Object): s3s reads such a
+/// form, and buffers its file, before it knows who sent it. This errs on the side of yes.
+pub(crate) fn is_form_post<B>(req: &Request<B>) -> bool {
+    req.method() == http::Method::POST
+        && req
+            .headers()
+            .get_all(http::header::CONTENT_TYPE)
+            .iter()
+            .any(|v| {
+                let v = String::from_utf8_lossy(v.as_bytes());
+                let essence = v.split(';').next().unwrap_or_default().trim();
+                essence.eq_ignore_ascii_case("multipart/form-data")
+            })
+}
+
+/// Whether a request is signed with AWS Signature Version 2: an `Authorization: AWS key:sig`
+/// header or a `Signature` query parameter (s3s checks these before Version 4, with a plain
+/// comparison and, in the header form, no check of the date). This errs on the side of yes.
+pub(crate) fn is_sigv2<B>(req: &Request<B>) -> bool {
+    let header = req
+        .headers()
+        .get_all(http::header::AUTHORIZATION)
+        .iter()
+        .any(|v| v.as_bytes().starts_with(b"AWS "));
+    header
+        || query_keys(req.uri().query().unwrap_or_default()).any(|k| {
+            k.eq_ignore_ascii_case("Signature") || k.eq_ignore_ascii_case("AWSAccessKeyId")
+        })
+}
+
+/// The query's parameter names, percent-decoded (`+` is a space).
+pub(crate) fn query_keys(query: &str) -> impl Iterator<Item = String> + '_ {
+    query
+        .split('&')
+        .map(|kv| percent_decode(kv.split('=').next().unwrap_or_default()))
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                let hex = std::str::from_utf8(&b[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
+                match hex {
+                    Some(v) => {
+                        out.push(v);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Whether the request carries `Authorization: Bearer <token>` with this token (compared in
+/// constant time for a given length).
+pub(crate) fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
+    headers
+        .get_all(http::header::AUTHORIZATION)
+        .iter()
+        .any(|v| match bearer(v.as_bytes()) {
+            Some(given) => constant_time_eq(given, token.as_bytes()),
+            None => false,
+        })
+}
+
+/// The credentials of an `Authorization: Bearer …` value.
+pub(crate) fn bearer(value: &[u8]) -> Option<&[u8]> {
+    let (scheme, rest) = value.split_at_checked(7)?;
+    scheme
+        .eq_ignore_ascii_case(b"Bearer ")
+        .then(|| rest.trim_ascii())
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
+/// What the fields of a POST form (the parts before its `file`) say.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum FormVerdict {
+    /// The form names a signature (`x-amz-signature`, or `signature` for Version 2).
+    Signed,
+    /// It does not: an anonymous upload.
+    Anonymous,
+    /// The fields before the file do not fit in the limit.
+    TooLarge,
+    /// Not a form that could be read.
+    Malformed(String),
+    /// The body failed (cut off, or idle too long).
+    Body(String),
+}
+
+/// Reads a POST form's fields, at most about `max` bytes of its body (the file that follows
+/// is never read), and says whether it is signed.
+pub(crate) async fn read_form_fields<B>(
+    content_type: Option<&http::HeaderValue>,
+    body: &mut B,
+    max: usize,
+) -> FormVerdict
+where
+    B: Body<Data = Bytes, Error = StdError> + Unpin,
+{
+    let boundary = content_type
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .and_then(|v| {
+            v.split(';').skip(1).find_map(|p| {
+                let (k, val) = p.split_once('=')?;
+                k.trim()
+                    .eq_ignore_ascii_case("boundary")
+                    .then(|| val.trim().trim_matches('"').to_string())
+            })
+        });
+    let Some(boundary) = boundary.filter(|b| !b.is_empty()) else {
+        return FormVerdict::Malformed("the form has no boundary".into());
+    };
+    let mut buf = BytesMut::new();
+    let mut ended = false;
+    while buf.len() < max {
+        let frame = std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await;
+        match frame {
+            None => {
+                ended = true;
+                break;
+            }
+            Some(Err(e)) => return FormVerdict::Body(e.to_string()),
+            Some(Ok(f)) => {
+                if let Ok(data) = f.into_data() {
+                    buf.extend_from_slice(&data);
+                }
+            }
+        }
+    }
+    match scan_form(&buf, boundary.as_bytes()) {
+        Scan::Fields(names) => {
+            let signed = names.iter().any(|n| {
+                n.eq_ignore_ascii_case("x-amz-signature") || n.eq_ignore_ascii_case("signature")
+            });
+            if signed {
+                FormVerdict::Signed
+            } else {
+                FormVerdict::Anonymous
+            }
+        }
+        Scan::Incomplete if !ended => FormVerdict::TooLarge,
+        Scan::Incomplete => FormVerdict::Malformed("the form ends in the middle of a part".into()),
+        Scan::NoBoundary if !ended => FormVerdict::TooLarge,
+        Scan::NoBoundary => FormVerdict::Malformed("the form's boundary is not in its body".into()),
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Scan {
+    /// The names of the fields before the file part (or before the end of the form).
+    Fields(Vec<String>),
+    /// A part starts but its end is not in the bytes read.
+    Incomplete,
+    /// The first boundary is not in the bytes read.
+    NoBoundary,
+}
+
+/// Walks the parts of a multipart/form-data body up to its `file` part or its end.
+fn scan_form(buf: &[u8], boundary: &[u8]) -> Scan {
+    let mut delimiter = b"--".to_vec();
+    delimiter.extend_from_slice(boundary);
+    let Some(first) = find(buf, &delimiter, 0) else {
+        return Scan::NoBoundary;
+    };
+    let mut next_part = b"\r\n".to_vec();
+    next_part.extend_from_slice(&delimiter);
+    let mut names = Vec::new();
+    let mut at = first + delimiter.len();
+    loop {
+        if buf.len() < at + 2 {
+            return Scan::Incomplete;
+        }
+        if &buf[at..at + 2] == b"--" {
+            return Scan::Fields(names);
+        }
+        let Some(head_start) = find(buf, b"\r\n", at) else {
+            return Scan::Incomplete;
+        };
+        let head_start = head_start + 2;
+        let Some(head_end) = find(buf, b"\r\n\r\n", head_start) else {
+            return Scan::Incomplete;
+        };
+        let head = String::from_utf8_lossy(&buf[head_start..head_end]);
+        let name = head.split("\r\n").find_map(|line| {
+            let (k, v) = line.split_once(':')?;
+            if !k.trim().eq_ignore_ascii_case("content-disposition") {
+                return None;
+            }
+            v.split(';').find_map(|p| {
+                let (k, v) = p.split_once('=')?;
+                k.trim()
+                    .eq_ignore_ascii_case("name")
+                    .then(|| v.trim().trim_matches('"').to_string())
+            })
+        });
+        let name = name.unwrap_or_default();
+        if name.eq_ignore_ascii_case("file") {
+            return Scan::Fields(names);
+        }
+        names.push(name);
+        let Some(end) = find(buf, &next_part, head_end + 4) else {
+            return Scan::Incomplete;
+        };
+        at = end + next_part.len();
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8], from: usize) -> Option<usize> {
+    if from > hay.len() || needle.is_empty() {
+        return None;
+    }
+    hay[from..]
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .map(|p| p + from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn form(parts: &[(&str, &str)], file: Option<&str>) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (k, v) in parts {
+            out.extend_from_slice(
+                format!("--XyZ\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n")
+                    .as_bytes(),
+            );
+        }
+        if let Some(f) = file {
+            out.extend_from_slice(
+                format!(
+                    "--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a\"\r\n\
+                     Content-Type: application/octet-stream\r\n\r\n{f}\r\n"
+                )
+                .as_bytes(),
+            );
+        }
+        out.extend_from_slice(b"--XyZ--\r\n");
+        out
+    }
+
+    #[test]
+    fn the_fields_before_the_file_are_found() {
+        let f = form(&[("key", "x"), ("X-Amz-Signature", "abc")], Some("data"));
+        assert_eq!(
+            scan_form(&f, b"XyZ"),
+            Scan::Fields(vec!["key".into(), "X-Amz-Signature".into()])
+        );
+        let f = form(&[("key", "x")], None);
+        assert_eq!(scan_form(&f, b"XyZ"), Scan::Fields(vec!["key".into()]));
+        // The file's bytes need not be there at all.
+        let f = form(&[("key", "x")], Some("data"));
+        let file_head = find(&f, b"name=\"file\"", 0).unwrap();
+        let cut = find(&f, b"\r\n\r\n", file_head).unwrap() + 4;
+        assert_eq!(
+            scan_form(&f[..cut], b"XyZ"),
+            Scan::Fields(vec!["key".into()])
+        );
+        // A field cut in the middle.
+        let f = form(&[("key", "x"), ("policy", &"p".repeat(100))], Some("data"));
+        assert_eq!(scan_form(&f[..80], b"XyZ"), Scan::Incomplete);
+        assert_eq!(scan_form(b"no boundary here", b"XyZ"), Scan::NoBoundary);
+    }
+
+    #[test]
+    fn sigv2_and_bearer_are_recognised() {
+        let req = |uri: &str, auth: Option<&str>| {
+            let mut b = Request::builder().uri(uri);
+            if let Some(a) = auth {
+                b = b.header("authorization", a);
+            }
+            b.body(()).unwrap()
+        };
+        assert!(is_sigv2(&req("/b/k", Some("AWS AKID:c2ln"))));
+        assert!(is_sigv2(&req(
+            "/b/k?AWSAccessKeyId=A&Expires=1&Signature=x",
+            None
+        )));
+        assert!(is_sigv2(&req("/b/k?Sig%6Eature=x", None)));
+        assert!(!is_sigv2(&req(
+            "/b/k",
+            Some("AWS4-HMAC-SHA256 Credential=A/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=x")
+        )));
+        assert!(!is_sigv2(&req("/b/k?X-Amz-Signature=x", None)));
+        let h = req("/metrics", Some("Bearer  sesame ")).headers().clone();
+        assert!(bearer_matches(&h, "sesame"));
+        assert!(!bearer_matches(&h, "sesam"));
+        assert!(!bearer_matches(&h, "sesamE"));
+        assert_eq!(percent_decode("a%2"), "a%2");
+        assert_eq!(percent_decode("a+b%41"), "a bA");
+    }
+}

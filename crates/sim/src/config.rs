@@ -1,0 +1,215 @@
+//! What a simulation runs on: the configurations (policy × separation × device count), the
+//! mode (within the configuration's tolerance, or beyond it) and the deliberate mutations that
+//! show the checker bites.
+
+use railstore_redundancy::Policy;
+use railstore_store::{DeviceKind, Mechanism, SeparationConfig, StoreConfig};
+use std::path::Path;
+use std::time::Duration;
+
+/// The redundancy policy of a configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyKind {
+    /// Three copies of everything.
+    Rep3,
+    /// RS(3,3) over each object's pieces.
+    Split33,
+    /// RS(3,3) over packing sets of small objects.
+    Pack33,
+    /// `StoreConfig::default()`'s policy: rep3 up to 4 KiB, pack3+3 up to 64 KiB, split3+3
+    /// above.
+    Hybrid,
+}
+
+impl PolicyKind {
+    /// Every policy.
+    pub const ALL: [PolicyKind; 4] = [
+        PolicyKind::Rep3,
+        PolicyKind::Split33,
+        PolicyKind::Pack33,
+        PolicyKind::Hybrid,
+    ];
+
+    /// Its name in configuration names.
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::Rep3 => "rep3",
+            PolicyKind::Split33 => "split3+3",
+            PolicyKind::Pack33 => "pack3+3",
+            PolicyKind::Hybrid => "hybrid",
+        }
+    }
+
+    /// Devices that may be lost (failed, stale, wiped, flaky) at once without losing anything:
+    /// the smallest tolerance of the policy's mechanisms (r - 1 for repR, m for k+m).
+    pub fn tolerance(self) -> usize {
+        match self {
+            PolicyKind::Rep3 | PolicyKind::Hybrid => 2,
+            PolicyKind::Split33 | PolicyKind::Pack33 => 3,
+        }
+    }
+
+    /// Readers at once under separation: at least the largest k, below the group width.
+    fn window(self) -> usize {
+        match self {
+            PolicyKind::Rep3 => 2,
+            _ => 3,
+        }
+    }
+}
+
+/// A deliberate defect the harness introduces, to show that the checker reports it. None of
+/// them touches the store's code: each is something the harness does behind the store's back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mutation {
+    /// At an early stop every device's contents are copied; at a later stop every device is
+    /// put back to that copy, with its identity record replaced by the current one, so the
+    /// identity checks cannot see it. Acknowledged writes and deletes since are undone.
+    UndetectableRollback,
+    /// While operations run, `sync` on every device returns success without flushing the
+    /// device's volatile cache; a power cut then drops acknowledged writes.
+    LyingSync,
+}
+
+impl Mutation {
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutation::UndetectableRollback => "rollback",
+            Mutation::LyingSync => "lying-sync",
+        }
+    }
+
+    /// The mutation called `name`.
+    pub fn parse(name: &str) -> Option<Mutation> {
+        [Mutation::UndetectableRollback, Mutation::LyingSync]
+            .into_iter()
+            .find(|m| m.name() == name)
+    }
+}
+
+/// One simulated configuration and how to run it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimConfig {
+    /// The redundancy policy.
+    pub policy: PolicyKind,
+    /// Read/write separation on.
+    pub separation: bool,
+    /// Devices in the array.
+    pub devices: usize,
+    /// Steps per seed.
+    pub steps: usize,
+    /// Go beyond the configuration's tolerance once per seed (the store must then refuse or
+    /// report, never return wrong data).
+    pub beyond: bool,
+    /// A deliberate defect (see [`Mutation`]); `None` in real runs.
+    pub mutation: Option<Mutation>,
+    /// Print what happens (the plan's actions, every answer, every check) to stderr.
+    pub verbose: bool,
+}
+
+/// Steps per seed unless told otherwise.
+pub const DEFAULT_STEPS: usize = 24;
+
+impl SimConfig {
+    /// The configuration's name: `<policy>-<sep|nosep>-n<devices>`, e.g. `split3+3-sep-n12`.
+    pub fn name(&self) -> String {
+        format!(
+            "{}-{}-n{}",
+            self.policy.name(),
+            if self.separation { "sep" } else { "nosep" },
+            self.devices
+        )
+    }
+
+    /// Devices that may be lost at once (see [`PolicyKind::tolerance`]).
+    pub fn tolerance(&self) -> usize {
+        self.policy.tolerance()
+    }
+
+    /// The command that replays `seed` exactly.
+    pub fn replay_command(&self, seed: u64) -> String {
+        let mut c = format!(
+            "railstore sim --seed {seed} --config {} --steps {}",
+            self.name(),
+            self.steps
+        );
+        if self.beyond {
+            c.push_str(" --beyond");
+        }
+        if let Some(m) = self.mutation {
+            c.push_str(&format!(" --mutation {}", m.name()));
+        }
+        c
+    }
+
+    /// The store's configuration for a seed's data folder. `frame` is the separation frame
+    /// (the seed picks it).
+    pub fn store_config(&self, data_dir: &Path, frame: Duration) -> StoreConfig {
+        let mech = |s| Mechanism::parse(s).expect("a valid mechanism");
+        let mut c = StoreConfig {
+            data_dir: data_dir.to_path_buf(),
+            // Small sizes so that every size class occurs: inline bodies up to 4 KiB, chunks
+            // of 80 KiB (above the hybrid policy's 64 KiB pack limit, so full chunks are
+            // split3+3 and tails pack3+3), parts from 16 KiB.
+            inline_bytes_max: 4 << 10,
+            chunk_bytes: 80 << 10,
+            part_bytes_min: 16 << 10,
+            ..StoreConfig::default()
+        };
+        c.devices.kind = DeviceKind::Mem;
+        c.devices.count = self.devices;
+        c.devices.direct_io = false;
+        match self.policy {
+            PolicyKind::Rep3 => {
+                c.manager.policy = railstore_store_policy(mech("rep3"));
+            }
+            PolicyKind::Split33 => {
+                c.manager.policy = railstore_store_policy(mech("split3+3"));
+            }
+            PolicyKind::Pack33 => {
+                c.manager.policy = railstore_store_policy(mech("pack3+3"));
+            }
+            PolicyKind::Hybrid => {}
+        }
+        c.separation = self.separation.then_some(SeparationConfig {
+            frame,
+            window: self.policy.window(),
+            guard: Duration::from_millis(20),
+            write_buffer_bytes_max: 1 << 20,
+            partial_when_full: false,
+            journal_copies: None,
+        });
+        c
+    }
+}
+
+fn railstore_store_policy(m: Mechanism) -> Policy {
+    Policy::Standalone(m)
+}
+
+/// Every configuration: the four policies, separation on and off, 6 and 12 devices.
+pub fn configurations(steps: usize) -> Vec<SimConfig> {
+    let mut out = Vec::new();
+    for policy in PolicyKind::ALL {
+        for separation in [true, false] {
+            for devices in [6, 12] {
+                out.push(SimConfig {
+                    policy,
+                    separation,
+                    devices,
+                    steps,
+                    beyond: false,
+                    mutation: None,
+                    verbose: false,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The configuration called `name` (see [`SimConfig::name`]).
+pub fn configuration(name: &str, steps: usize) -> Option<SimConfig> {
+    configurations(steps).into_iter().find(|c| c.name() == name)
+}

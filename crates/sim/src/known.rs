@@ -1,0 +1,192 @@
+//! Bugs the simulator found in the store and that are not fixed yet, each with what it
+//! looks like, so that a run can tell a known bug from a new one.
+//!
+//! Store-internal randomness (chunk and upload ids, `tokio::select!` order, hash-map order)
+//! makes the same plan take slightly different paths from run to run, so a list of failing
+//! seeds would not be stable; a known bug is therefore recognised by its symptom and the
+//! circumstances it needs (see [`Context`]). A seed that hits a known bug stops there and is
+//! counted under the bug's id; `railstore sim` reports the counts and, with `--allow-known`,
+//! does not fail for them. When a bug is fixed, delete its entry: the simulator then fails
+//! wherever it still occurs.
+
+/// What kind of check found a problem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A read, listing or delete answer disagreed with the model.
+    Data,
+    /// The store refused to open (or an offline command could not open it).
+    Open,
+    /// A rebuild failed.
+    Rebuild,
+    /// A clean shutdown failed.
+    Shutdown,
+    /// Anything else (a scrub failed, a status count, a stuck step, a panic).
+    Other,
+}
+
+/// What had happened in the seed when the problem was found.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Context {
+    /// Separation is on.
+    pub separation: bool,
+    /// A device has been rebuilt.
+    pub rebuilt: bool,
+    /// A device has failed, been wiped, come back stale or turned flaky.
+    pub device_fault: bool,
+    /// A flaky device (transient errors, bit flips) is in the array now.
+    pub flaky: bool,
+    /// The policy packs small objects (pack3+3, hybrid).
+    pub pack: bool,
+}
+
+/// A known, unfixed bug.
+#[derive(Debug)]
+pub struct KnownBug {
+    /// Its id (SIM-n), as in `docs/sim.md`.
+    pub id: &'static str,
+    /// What goes wrong.
+    pub summary: &'static str,
+    matches: fn(Kind, &str, &Context) -> bool,
+}
+
+/// The known bugs, most specific first (a problem counts under the first that matches).
+pub static KNOWN_BUGS: &[KnownBug] = &[
+    KnownBug {
+        id: "SIM-1",
+        summary: "Manager::rebuild walks every peer of the device, failed ones included, and \
+                  fails with 'device N: device failed: marked failed' when another device of its \
+                  groups is out of service: two failed devices (within rep3's or k+3's \
+                  tolerance) can never be rebuilt, although the refusal message says to rebuild \
+                  them one at a time",
+        matches: |k, w, _| k == Kind::Rebuild && w.contains("device failed: marked failed"),
+    },
+    KnownBug {
+        id: "SIM-2",
+        summary: "one transient device error while opening (rails journal replay, or stamping a \
+                  device's identity) makes the whole open fail instead of being retried or \
+                  taking that device out of service",
+        matches: |k, w, _| {
+            matches!(k, Kind::Open | Kind::Rebuild)
+                && w.contains("transient I/O error")
+                && (w.contains("replaying the separation journal")
+                    || w.contains("writing a device's identity"))
+        },
+    },
+    KnownBug {
+        id: "SIM-3",
+        summary: "a clean shutdown fails when a device has fail-stopped or answers a transient \
+                  error (rails drain or the manager's sync returns the device's error instead \
+                  of taking it out of service), so the folder is never marked clean",
+        matches: |k, w, _| {
+            k == Kind::Shutdown
+                && (w.contains("injected failure") || w.contains("transient I/O error"))
+        },
+    },
+    KnownBug {
+        id: "SIM-4",
+        summary: "a device's own metadata has no checksum that the open checks before trusting \
+                  it: one flipped bit in its identity record or its journal watermark (a flaky \
+                  device) makes the open refuse the whole array ('belongs to another array', \
+                  'holds this array's device', 'is at epoch N, ahead of the array state's', \
+                  'corrupt data at journal watermark') instead of taking that one device out \
+                  of service",
+        matches: |k, w, c| {
+            matches!(k, Kind::Open | Kind::Rebuild)
+                && c.device_fault
+                && (w.contains("belongs to another array")
+                    || w.contains("holds this array's")
+                    || w.contains("ahead of the array state's")
+                    || w.contains("corrupt data at journal watermark"))
+        },
+    },
+    KnownBug {
+        id: "SIM-5",
+        summary: "loading the index fails, and with it the whole open, when one record cannot \
+                  be read ('object … lost: segment 0: n valid, … no version has enough'), e.g. a \
+                  put cut by a crash while a device is out of service; the half-written record \
+                  is neither rolled back nor skipped",
+        matches: |k, w, c| k == Kind::Open && c.device_fault && w.contains("lost: segment"),
+    },
+    KnownBug {
+        id: "SIM-8",
+        summary: "an object whose put a crash cut off, and that the next open shows (rolled \
+                  forward), is not made whole, by the open or by a scrub: later it becomes \
+                  unreadable or vanishes, after devices are lost within tolerance (a fail-stop, \
+                  stale devices returned, devices rebuilt) and, rarely, with no device fault at \
+                  all; the index can then describe (head, listing) an object whose read says \
+                  there is no such key ('its state was resolved by a restart', or a write cut by \
+                  a crash)",
+        matches: |k, w, _| {
+            let crash =
+                w.contains("resolved by a restart") || w.contains("of it was cut by a crash");
+            k == Kind::Data
+                && ((w.contains("resolved by a restart")
+                    && (w.contains("an acknowledged object is lost")
+                        || w.contains("cannot be read within tolerance")))
+                    || (crash
+                        && (w.contains("the description (head) disagrees with the read")
+                            || w.contains("listed but a read says there is no such key"))))
+        },
+    },
+    KnownBug {
+        id: "SIM-9",
+        summary: "pack3+3: a degraded read of a packed object fails within tolerance ('2 valid, \
+                  0 corrupt, 2 unreadable pieces; no version has enough') when the device \
+                  holding its member and one more device of its group are out of service",
+        matches: |k, w, c| {
+            k == Kind::Data
+                && c.pack
+                && c.device_fault
+                && w.contains("cannot be read within tolerance")
+                && w.contains("no version has enough")
+        },
+    },
+    KnownBug {
+        id: "SIM-6",
+        summary: "rails journal replay after a rebuild: records addressed to a device that \
+                  failed while it had buffered writes are never applied or deleted; the rebuilt \
+                  device has no watermark, so the next open replays all of them onto it, \
+                  writing old versions over rebuilt data: acknowledged overwrites and deletes \
+                  are undone, and records come back whose chunks are gone (listed but \
+                  unreadable)",
+        matches: |k, _, c| k == Kind::Data && c.separation && c.rebuilt,
+    },
+    KnownBug {
+        id: "SIM-7",
+        summary: "with separation, after a crash or power cut while a device is out of service \
+                  (no rebuild involved), an acknowledged delete is undone and an older version \
+                  comes back; suspected cause: a piece or delete buffered for a reader has one \
+                  journal record, which the failed device may hold",
+        matches: |k, _, c| k == Kind::Data && c.separation && c.device_fault,
+    },
+    KnownBug {
+        id: "SIM-10",
+        summary: "pack3+3: an overwrite cut by a crash loses the object, with or without \
+                  separation and with no device fault needed: after the restart neither the \
+                  acknowledged old version nor the new one reads back (no such key)",
+        matches: |k, w, c| {
+            k == Kind::Data
+                && c.pack
+                && w.contains("an acknowledged object is lost")
+                && w.contains("an overwrite of it was cut by a crash")
+        },
+    },
+    KnownBug {
+        id: "SIM-11",
+        summary: "pack3+3: with devices out of service up to the tolerance (wiped, stale, \
+                  flaky), a read returns an older version that an acknowledged put replaced",
+        matches: |k, w, c| {
+            k == Kind::Data && c.pack && c.device_fault && w.contains("reads an old version")
+        },
+    },
+];
+
+/// The known bug a problem is a symptom of, if any.
+pub fn classify(kind: Kind, what: &str, ctx: &Context) -> Option<&'static KnownBug> {
+    KNOWN_BUGS.iter().find(|b| (b.matches)(kind, what, ctx))
+}
+
+/// The known bug with this id.
+pub fn by_id(id: &str) -> Option<&'static KnownBug> {
+    KNOWN_BUGS.iter().find(|b| b.id == id)
+}
