@@ -1263,7 +1263,7 @@ fn run_kv(args: &KvBenchArgs, print: bool) -> Result<Vec<KvRow>> {
 /// A manager over `devices` through the one array path (no separation here).
 async fn open_manager(devices: Vec<Arc<dyn Device>>, config: ManagerConfig) -> Result<Manager> {
     let rails = pass_through(config.width());
-    Ok(assemble(devices, rails, config, &[]).await?.manager)
+    Ok(assemble(devices, rails, config, &[], None).await?.manager)
 }
 
 async fn measure_scheme(

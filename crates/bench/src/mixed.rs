@@ -1452,9 +1452,15 @@ async fn run_mode(plan: &Plan, mode: Mode, quiet: bool) -> Result<RunReport> {
     let raw: Vec<Arc<dyn Device>> = sims.iter().map(|s| s.clone() as Arc<dyn Device>).collect();
     let config = plan.manager_config();
     {
-        let loader = assemble(raw.clone(), pass_through(plan.colours), config.clone(), &[])
-            .await?
-            .manager;
+        let loader = assemble(
+            raw.clone(),
+            pass_through(plan.colours),
+            config.clone(),
+            &[],
+            None,
+        )
+        .await?
+        .manager;
         let p = bar(quiet, Some(plan.objects), &label("load"));
         let seed = plan.seed;
         let size = plan.request_bytes;
@@ -1507,6 +1513,7 @@ async fn run_mode(plan: &Plan, mode: Mode, quiet: bool) -> Result<RunReport> {
         rails_cfg,
         config,
         &[],
+        None,
     )
     .await?;
     let (rails, manager) = (array.rails, array.manager);

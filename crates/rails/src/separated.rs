@@ -308,6 +308,9 @@ pub struct Rails {
     journal_value_bytes_max: usize,
     /// Told when rails first fails a device (to record it durably).
     on_failure: std::sync::RwLock<Option<FailureListener>>,
+    /// Devices replaced by an empty one for a rebuild: journal records addressed to them are
+    /// not replayed (they belong to the device replaced) but dropped.
+    replaced: Mutex<Vec<usize>>,
 }
 
 /// Called with a device's index when it first fails (to record that durably).
@@ -437,6 +440,7 @@ impl Rails {
             journal_rr: AtomicUsize::new(0),
             journal_value_bytes_max,
             on_failure: std::sync::RwLock::new(None),
+            replaced: Mutex::new(Vec::new()),
         });
         let wrapped = (0..rails.devices.len())
             .map(|d| {
@@ -643,6 +647,14 @@ impl Rails {
 
     fn is_failed(&self, d: usize) -> bool {
         self.devices[d].failed.load(Ordering::SeqCst)
+    }
+
+    /// Device `d` is an empty replacement being rebuilt: the journal records addressed to the
+    /// device it replaces are dropped at recovery instead of replayed onto it (they would put
+    /// old versions, and objects deleted since, on the new device). Call it before
+    /// [`Rails::recover`].
+    pub fn replacing(&self, d: usize) {
+        self.replaced.lock().unwrap().push(d);
     }
 
     /// Calls `listener` whenever rails first fails a device (a flush or journal write that did
@@ -1222,6 +1234,11 @@ impl Rails {
                 continue;
             }
             if self.is_failed(t) {
+                continue;
+            }
+            if self.replaced.lock().unwrap().contains(&t) {
+                // The watermark below moves past it, and the journal goes.
+                rep.stale += 1;
                 continue;
             }
             let mut record = None;

@@ -679,6 +679,59 @@ async fn a_buffered_write_survives_a_power_cut_and_a_lost_journal_device_with_tw
     }
 }
 
+/// A device with a journalled write fails and is replaced by an empty one for a rebuild: the
+/// record addressed to the old device is dropped, not replayed onto the new one (it would put
+/// an old version, or an object deleted since, there), and the journal is gone afterwards.
+#[tokio::test(start_paused = true)]
+async fn a_replacement_device_gets_no_journal_records_of_the_device_it_replaces() {
+    for replacing in [false, true] {
+        let mut machine = Machine::new(3);
+        let (rails, devs) = Rails::new(
+            RailsConfig::new(three_colours()),
+            machine.boot(1, None),
+            vec![0, 1, 2],
+        )
+        .unwrap();
+        assert_eq!(rails.role(0), Role::Reader);
+        devs[0]
+            .store(b"k", b"old", StoreMode::Upsert)
+            .await
+            .unwrap();
+        devs[0].sync().await.unwrap();
+        machine.cut().await;
+        drop((rails, devs));
+        // Device 0 is replaced by an empty device.
+        machine.media[0] = Arc::new(MemDevice::new(MemConfig::default()).unwrap());
+        let (rails, devs) = Rails::new(
+            RailsConfig::new(three_colours()),
+            machine.boot(2, None),
+            vec![0, 1, 2],
+        )
+        .unwrap();
+        if replacing {
+            rails.replacing(0);
+        }
+        let rep = rails.recover().await.unwrap();
+        let got = devs[0].retrieve(b"k", ReadRange::ALL).await.ok();
+        if replacing {
+            assert!(
+                got.is_none(),
+                "an old record was replayed onto the replacement"
+            );
+            assert_eq!(rep.replayed, 0, "{rep:?}");
+            for m in &machine.media {
+                assert!(iterate_all(m.as_ref(), &JOURNAL_KEY_PREFIX, false)
+                    .await
+                    .unwrap()
+                    .is_empty());
+            }
+        } else {
+            // Without the call the replacement would receive it: what the rebuild must avoid.
+            assert_eq!(got.unwrap().value.to_vec(), b"old");
+        }
+    }
+}
+
 /// A write buffered (and journalled), flushed, then overwritten directly while its journal
 /// record is still on a reader that cannot delete it: the record is not replayed over the
 /// newer value.

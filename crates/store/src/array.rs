@@ -41,14 +41,15 @@ pub fn pass_through(colours: usize) -> RailsConfig {
 
 /// Assembles `raw` (in array order) into an array: wraps them in rails with `rails` (use
 /// [`pass_through`] for no separation), marks the devices in `failed` failed before anything
-/// touches them (a degraded start: they are neither read nor replayed onto), replays the
-/// journal, opens the manager with `manager` and gives it rails' read plan. Refuses a rails
+/// touches them (a degraded start: they are neither read nor replayed onto), drops the journal
+/// records of `replacing` (an empty device a rebuild fills), replays the journal, opens the manager with `manager` and gives it rails' read plan. Refuses a rails
 /// configuration whose colours disagree with the manager's layout.
 pub async fn assemble(
     raw: Vec<Arc<dyn Device>>,
     rails: RailsConfig,
     manager: ManagerConfig,
     failed: &[usize],
+    replacing: Option<usize>,
 ) -> Result<Array> {
     let n = raw.len();
     let layout = manager.layout(n)?;
@@ -64,6 +65,9 @@ pub async fn assemble(
         .map_err(|e| StoreError::Config(format!("separation: {e}")))?;
     for &d in failed {
         rails.mark_failed(d);
+    }
+    if let Some(d) = replacing {
+        rails.replacing(d);
     }
     let journal = rails.recover().await.map_err(|source| StoreError::Device {
         what: "replaying the separation journal",

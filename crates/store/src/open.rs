@@ -172,7 +172,7 @@ impl Store {
             }
             None => pass_through(layout.width()),
         };
-        let array = assemble(raw, rails_cfg, config.manager.clone(), &failed).await?;
+        let array = assemble(raw, rails_cfg, config.manager.clone(), &failed, fresh).await?;
         if let Some(id) = &identity {
             // A device that fails while the array runs stays failed across restarts.
             for d in array.journal.failed_devices.iter() {
