@@ -95,6 +95,9 @@ impl Manager {
             peers.extend(inner.layout.group(g));
         }
         peers.remove(&device);
+        // Peers out of service are not walked: within the tolerance, every object with a
+        // piece on the device has enough pieces on the peers that are in service.
+        peers.retain(|&p| !inner.io.is_failed(p));
         let report = inner
             .repair(
                 peers.into_iter().collect(),
@@ -154,11 +157,13 @@ impl Inner {
                 with_values: false,
             };
             loop {
-                let batch = self
-                    .io
-                    .iterate(d, &req)
-                    .await
-                    .map_err(|source| RedundancyError::Device { device: d, source })?;
+                let batch = match self.io.iterate(d, &req).await {
+                    Ok(b) => b,
+                    // A device that leaves service during the walk is walked no further: the
+                    // objects it shares with the target have pieces on other peers too.
+                    Err(_) if self.io.is_failed(d) => break,
+                    Err(source) => return Err(RedundancyError::Device { device: d, source }),
+                };
                 progress
                     .keys_listed
                     .fetch_add(batch.entries.len() as u64, Ordering::Relaxed);

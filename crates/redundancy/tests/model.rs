@@ -533,6 +533,43 @@ async fn rebuild_regenerates_exactly_what_the_lost_device_held() {
     }
 }
 
+/// Two devices out of service at once (within rep3's and 3+3's tolerance) are rebuilt one at a
+/// time: the first rebuild reads around the second failed device instead of refusing (simulator
+/// bug SIM-1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_is_rebuilt_while_another_is_still_failed() {
+    let m3 = |s| Mechanism::parse(s).unwrap();
+    for (name, policy) in [
+        ("rep3", Policy::Standalone(m3("rep3"))),
+        ("split3+3", Policy::Standalone(m3("split3+3"))),
+        ("pack3+3", Policy::Standalone(m3("pack3+3"))),
+    ] {
+        let seed = 77;
+        let a = array(6, seed);
+        let m = open(&a, policy).await;
+        let mut model = BTreeMap::new();
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        random_ops(&m, &mut model, &mut rng, 200, seed).await;
+        m.sync().await.unwrap();
+        a.faulty[1].fail_stop();
+        a.faulty[4].fail_stop();
+        check_all(&m, &model, &format!("{name}: two failed")).await;
+        for victim in [1, 4] {
+            let report = m
+                .rebuild(
+                    victim,
+                    mem(),
+                    RepairOptions::default(),
+                    Arc::new(RepairProgress::default()),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{name}: rebuilding {victim}: {e}"));
+            assert!(report.objects_lost.is_empty(), "{name}: {report:?}");
+            check_all(&m, &model, &format!("{name}: {victim} rebuilt")).await;
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn packing_updates_keep_old_sets_decodable_and_scrub_reclaims_dead_sets() {
     let a = array(6, 5);

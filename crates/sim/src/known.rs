@@ -52,15 +52,6 @@ pub struct KnownBug {
 /// The known bugs, most specific first (a problem counts under the first that matches).
 pub static KNOWN_BUGS: &[KnownBug] = &[
     KnownBug {
-        id: "SIM-1",
-        summary: "Manager::rebuild walks every peer of the device, failed ones included, and \
-                  fails with 'device N: device failed: marked failed' when another device of its \
-                  groups is out of service: two failed devices (within rep3's or k+3's \
-                  tolerance) can never be rebuilt, although the refusal message says to rebuild \
-                  them one at a time",
-        matches: |k, w, _| k == Kind::Rebuild && w.contains("device failed: marked failed"),
-    },
-    KnownBug {
         id: "SIM-2",
         summary: "one transient device error while opening (rails journal replay, or stamping a \
                   device's identity) makes the whole open fail instead of being retried or \
