@@ -16,7 +16,8 @@
 //!   ([`sim::virtual_time_runtime`], [`sim::VIRTUAL_TIME_DILATION`]), in virtual time;
 //! - [`faulty::FaultyDevice`]: injects fail-stop, transient errors, bit flips, latency spikes
 //!   and crashes that drop unsynced writes;
-//! - [`metered::MeteredDevice`]: counts operations and bytes and records latency histograms.
+//! - [`metered::MeteredDevice`]: counts operations and bytes and records latency histograms;
+//! - [`retry::RetryingDevice`]: retries operations that failed transiently.
 
 #![warn(missing_docs)]
 
@@ -29,6 +30,7 @@ pub mod file;
 pub mod format;
 pub mod mem;
 pub mod metered;
+pub mod retry;
 pub mod sim;
 mod uring;
 
@@ -44,6 +46,7 @@ pub use file::{
 };
 pub use mem::{MemConfig, MemDevice};
 pub use metered::{MeteredDevice, OpKind, OpStats};
+pub use retry::RetryingDevice;
 pub use sim::{SimConfig, SimDevice, SimStats};
 
 /// Entry points shared by the fuzz targets (`fuzz/`) and the stable random-bytes tests, so CI

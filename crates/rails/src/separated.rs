@@ -556,12 +556,21 @@ impl Rails {
     pub async fn drain(&self) -> Result<(), DeviceError> {
         self.ready().await?;
         for d in 0..self.devices.len() {
-            self.flush_all(d, None).await?;
+            match self.flush_all(d, None).await {
+                // A device that failed has nothing left to flush (its buffer is dropped for
+                // the rebuild); the others still are.
+                Err(_) if self.is_failed(d) => {}
+                r => r?,
+            }
         }
         if self.journalled() {
             for w in 0..self.devices.len() {
-                if !self.devices[w].failed.load(Ordering::SeqCst) {
-                    self.delete_dead_records(w, None).await?;
+                if self.is_failed(w) {
+                    continue;
+                }
+                match self.delete_dead_records(w, None).await {
+                    Err(_) if self.is_failed(w) => {}
+                    r => r?,
                 }
             }
         }
@@ -1190,7 +1199,17 @@ impl Rails {
                 };
             for e in entries {
                 let owner = journal::parse_watermark_key(&e.key);
-                let (dev, tag) = journal::decode_watermark(e.value.as_deref().unwrap_or(&[]))?;
+                let (dev, tag) = match journal::decode_watermark(e.value.as_deref().unwrap_or(&[]))
+                {
+                    Ok(w) => w,
+                    Err(e) => {
+                        // Without its watermark nobody knows which records the device has
+                        // applied, and replaying applied ones could put old versions back: it
+                        // leaves service until rebuilt.
+                        failed(&mut rep, d, &e);
+                        break;
+                    }
+                };
                 if owner != Some(dev) || dev as usize != d {
                     return Err(DeviceError::Config(format!(
                         "device {d} holds the journal watermark of device {dev}: devices must \

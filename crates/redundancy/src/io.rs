@@ -10,8 +10,7 @@ use std::sync::{Arc, RwLock};
 
 pub use railstore_rails::{AnyHealthy, FailureListener, ReadPlan};
 
-/// How often a transient device error is retried before it counts as a failure.
-const TRANSIENT_RETRIES: usize = 3;
+use railstore_device::retry::TRANSIENT_RETRIES;
 
 /// How a device's faults are handled (see [`DeviceSet`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -927,13 +927,15 @@ impl Inner {
             .await
     }
 
-    /// Syncs the given devices at once; devices marked failed have nothing to sync.
+    /// Syncs the given devices at once; devices marked failed have nothing to sync. A device
+    /// that fails during its sync leaves service (what it held is read from the others, as
+    /// for any failed device), so it does not fail the sync; other errors do.
     async fn sync_devices(&self, devices: impl Iterator<Item = usize>) -> Result<()> {
         join_all(devices.map(|d| async move {
-            self.io
-                .sync(d)
-                .await
-                .map_err(|source| RedundancyError::Device { device: d, source })
+            match self.io.sync(d).await {
+                Err(_) if self.io.is_failed(d) => Ok(()),
+                r => r.map_err(|source| RedundancyError::Device { device: d, source }),
+            }
         }))
         .await
         .into_iter()

@@ -52,53 +52,6 @@ pub struct KnownBug {
 /// The known bugs, most specific first (a problem counts under the first that matches).
 pub static KNOWN_BUGS: &[KnownBug] = &[
     KnownBug {
-        id: "SIM-2",
-        summary: "one transient device error while opening (rails journal replay, or stamping a \
-                  device's identity) makes the whole open fail instead of being retried or \
-                  taking that device out of service",
-        matches: |k, w, _| {
-            matches!(k, Kind::Open | Kind::Rebuild)
-                && w.contains("transient I/O error")
-                && (w.contains("replaying the separation journal")
-                    || w.contains("writing a device's identity"))
-        },
-    },
-    KnownBug {
-        id: "SIM-3",
-        summary: "a clean shutdown fails when a device has fail-stopped or answers a transient \
-                  error (rails drain or the manager's sync returns the device's error instead \
-                  of taking it out of service), so the folder is never marked clean",
-        matches: |k, w, _| {
-            k == Kind::Shutdown
-                && (w.contains("injected failure") || w.contains("transient I/O error"))
-        },
-    },
-    KnownBug {
-        id: "SIM-4",
-        summary: "a device's own metadata has no checksum that the open checks before trusting \
-                  it: one flipped bit in its identity record or its journal watermark (a flaky \
-                  device) makes the open refuse the whole array ('belongs to another array', \
-                  'holds this array's device', 'is at epoch N, ahead of the array state's', \
-                  'corrupt data at journal watermark') instead of taking that one device out \
-                  of service",
-        matches: |k, w, c| {
-            matches!(k, Kind::Open | Kind::Rebuild)
-                && c.device_fault
-                && (w.contains("belongs to another array")
-                    || w.contains("holds this array's")
-                    || w.contains("ahead of the array state's")
-                    || w.contains("corrupt data at journal watermark"))
-        },
-    },
-    KnownBug {
-        id: "SIM-5",
-        summary: "loading the index fails, and with it the whole open, when one record cannot \
-                  be read ('object … lost: segment 0: n valid, … no version has enough'), e.g. a \
-                  put cut by a crash while a device is out of service; the half-written record \
-                  is neither rolled back nor skipped",
-        matches: |k, w, c| k == Kind::Open && c.device_fault && w.contains("lost: segment"),
-    },
-    KnownBug {
         id: "SIM-8",
         summary: "an object whose put a crash cut off, and that the next open shows (rolled \
                   forward), is not made whole, by the open or by a scrub: later it becomes \
@@ -152,12 +105,13 @@ pub static KNOWN_BUGS: &[KnownBug] = &[
     },
     KnownBug {
         id: "SIM-10",
-        summary: "pack3+3: an overwrite cut by a crash loses the object, with or without \
-                  separation and with no device fault needed: after the restart neither the \
-                  acknowledged old version nor the new one reads back (no such key)",
+        summary: "an overwrite cut by a crash loses the object: segment 0 is overwritten in \
+                  place, so when fewer than 2k-1 of its positions are in service (split3+3 \
+                  with two devices out; packing with none) neither the acknowledged old version \
+                  nor the new one has enough pieces after the restart (no such key)",
         matches: |k, w, c| {
             k == Kind::Data
-                && c.pack
+                && (c.pack || c.device_fault)
                 && w.contains("an acknowledged object is lost")
                 && w.contains("an overwrite of it was cut by a crash")
         },

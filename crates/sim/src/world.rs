@@ -26,9 +26,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::runtime::Runtime;
 
-/// Attempts at an open or a rebuild that a transient error refused (known bug SIM-2).
-const RETRIES: usize = 4;
-
 /// Virtual time a step, an open, a shutdown or a repair may take before it counts as stuck.
 const LIMIT: Duration = Duration::from_secs(900);
 
@@ -316,22 +313,6 @@ impl<'a> World<'a> {
     /// Opens a store with `cfg`; with `crash_after`, the process crashes after that many
     /// device operations if the open takes that many.
     fn open(&mut self, cfg: StoreConfig, crash_after: Option<u64>) -> Opened {
-        for _ in 1..RETRIES {
-            match self.open_once(cfg.clone(), crash_after) {
-                Opened::Refused(e)
-                    if known::classify(Kind::Open, &e, &self.context())
-                        .is_some_and(|b| b.id == "SIM-2") =>
-                {
-                    // An operator retries.
-                    self.known_hit(Kind::Open, &e);
-                }
-                other => return other,
-            }
-        }
-        self.open_once(cfg, crash_after)
-    }
-
-    fn open_once(&mut self, cfg: StoreConfig, crash_after: Option<u64>) -> Opened {
         self.stats.opens += 1;
         let rt = virtual_time_runtime().expect("a runtime");
         let gate = self.new_gate();
@@ -817,46 +798,34 @@ impl<'a> World<'a> {
         self.log(format!("rebuild {d}"));
         self.stats.fault("rebuild");
         self.rebuilt = true;
-        for attempt in 1..=RETRIES {
-            self.replace_disk(d, None);
-            self.stats.opens += 1;
-            let rt = virtual_time_runtime().expect("a runtime");
-            let gate = self.new_gate();
-            let devices = self.devices(&gate);
-            let cfg = self.store_cfg.clone();
-            let r = rt.block_on(async move {
-                tokio::time::timeout(
-                    LIMIT,
-                    Store::rebuild_offline_with_devices(
-                        cfg,
-                        d,
-                        devices,
-                        RepairOptions::default(),
-                        Arc::new(RepairProgress::default()),
-                    ),
-                )
-                .await
-            });
-            drop(rt);
-            match r {
-                Ok(Ok(report)) => {
-                    self.stats.repair_lost += report.objects_lost.len() as u64;
-                }
-                Ok(Err(e)) => {
-                    let what = format!("rebuilding device {d} failed: {e}");
-                    if attempt < RETRIES
-                        && known::classify(Kind::Rebuild, &what, &self.context())
-                            .is_some_and(|b| b.id == "SIM-2")
-                    {
-                        // An operator retries.
-                        self.known_hit(Kind::Rebuild, &what);
-                        continue;
-                    }
-                    self.violation(Kind::Rebuild, what);
-                }
-                Err(_) => self.violation(Kind::Rebuild, format!("rebuilding device {d} is stuck")),
+        self.replace_disk(d, None);
+        self.stats.opens += 1;
+        let rt = virtual_time_runtime().expect("a runtime");
+        let gate = self.new_gate();
+        let devices = self.devices(&gate);
+        let cfg = self.store_cfg.clone();
+        let r = rt.block_on(async move {
+            tokio::time::timeout(
+                LIMIT,
+                Store::rebuild_offline_with_devices(
+                    cfg,
+                    d,
+                    devices,
+                    RepairOptions::default(),
+                    Arc::new(RepairProgress::default()),
+                ),
+            )
+            .await
+        });
+        drop(rt);
+        match r {
+            Ok(Ok(report)) => {
+                self.stats.repair_lost += report.objects_lost.len() as u64;
             }
-            break;
+            Ok(Err(e)) => {
+                self.violation(Kind::Rebuild, format!("rebuilding device {d} failed: {e}"));
+            }
+            Err(_) => self.violation(Kind::Rebuild, format!("rebuilding device {d} is stuck")),
         }
         self.broken.remove(&d);
         self.halt_if_failed()

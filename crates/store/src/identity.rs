@@ -183,18 +183,36 @@ pub(crate) struct Admission {
     pub not_current: Vec<(usize, NotCurrent)>,
 }
 
+/// An identity record's bytes: its JSON, then the CRC32C of the JSON (little-endian), so a
+/// flipped bit makes the device unreadable (out of service) instead of foreign or misplaced.
+fn encode_identity(id: &Identity) -> Vec<u8> {
+    let mut bytes = serde_json::to_vec(id).expect("an identity serialises");
+    let crc = crc32c::crc32c(&bytes);
+    bytes.extend_from_slice(&crc.to_le_bytes());
+    bytes
+}
+
+fn decode_identity(bytes: &[u8]) -> std::result::Result<Identity, String> {
+    let Some(json_len) = bytes.len().checked_sub(4) else {
+        return Err("an identity record shorter than its checksum".into());
+    };
+    let (json, crc) = bytes.split_at(json_len);
+    if crc32c::crc32c(json).to_le_bytes() != crc {
+        return Err("an identity record whose checksum does not match".into());
+    }
+    serde_json::from_slice(json).map_err(|e| format!("a malformed identity record: {e}"))
+}
+
 async fn read_identity(dev: &dyn Device) -> std::result::Result<Option<Identity>, String> {
     match dev.retrieve(&IDENTITY_KEY, ReadRange::ALL).await {
-        Ok(r) => serde_json::from_slice(&r.value)
-            .map(Some)
-            .map_err(|e| format!("a malformed identity record: {e}")),
+        Ok(r) => decode_identity(&r.value).map(Some),
         Err(railstore_device::DeviceError::KeyNotFound { .. }) => Ok(None),
         Err(e) => Err(e.to_string()),
     }
 }
 
 async fn stamp(dev: &dyn Device, id: &Identity) -> Result<()> {
-    let bytes = serde_json::to_vec(id).expect("an identity serialises");
+    let bytes = encode_identity(id);
     let what = "writing a device's identity";
     dev.store(&IDENTITY_KEY, &bytes, StoreMode::Upsert)
         .await

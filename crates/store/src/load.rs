@@ -31,6 +31,11 @@ pub struct LoadReport {
     pub records_removed: usize,
     /// Chunks no record named, deleted.
     pub chunks_removed: usize,
+    /// Records that could not be read (too few pieces on the devices in service: a write a
+    /// crash cut off while devices were out of service, or damage beyond the tolerance). They
+    /// are left on the devices and not indexed; while there are any, nothing is removed as
+    /// unreferenced, since an unreadable record may have named it.
+    pub records_unreadable: usize,
 }
 
 impl Store {
@@ -38,39 +43,62 @@ impl Store {
     /// shutdown each record is resolved the careful way (every copy, newest decodable version,
     /// stale copies rewritten), so the index, the chunks kept and a later scrub all agree on
     /// one version of each record.
-    async fn records(&self, tag: u8) -> Result<Vec<Record>> {
+    async fn records(&self, tag: u8, report: &mut LoadReport) -> Result<Vec<Record>> {
         let manager = &self.inner.manager;
         let careful = self.inner.unclean_start;
         let keys = manager.keys(&[tag]).await?;
-        let values: Vec<Result<Option<Record>>> = futures_util::stream::iter(keys)
+        let values: Vec<Result<std::result::Result<Option<Record>, RedundancyError>>> =
+            futures_util::stream::iter(keys)
             .map(|k| async move {
                 let got = if careful {
                     manager.get_resolved(&k).await
                 } else {
                     manager.get(&k, ReadRange::ALL).await
                 };
-                match got {
+                Ok(match got {
                     Ok((v, _)) => Ok(Some((k, v))),
                     Err(RedundancyError::NotFound { .. }) => Ok(None),
-                    Err(e) => Err(e.into()),
-                }
+                    Err(e @ RedundancyError::Lost { .. }) => {
+                        tracing::warn!(error = %e, "a record cannot be read; it is not indexed");
+                        Err(e)
+                    }
+                    Err(e) => return Err(e.into()),
+                })
             })
             .buffer_unordered(crate::store::LOAD_CONCURRENCY)
             .collect()
             .await;
         let mut out = Vec::with_capacity(values.len());
         for v in values {
-            if let Some(kv) = v? {
-                out.push(kv);
+            match v? {
+                Ok(Some(kv)) => out.push(kv),
+                Ok(None) => {}
+                Err(_) => report.records_unreadable += 1,
             }
         }
         Ok(out)
     }
 
+    /// Removes a record nothing needs any more (of a deleted bucket, a finished upload), unless
+    /// an unreadable record might still need it.
     async fn remove_record(&self, key: &[u8], report: &mut LoadReport) -> Result<()> {
-        self.inner.manager.delete(key).await?;
-        report.records_removed += 1;
+        if report.records_unreadable == 0 && self.delete_unneeded(key).await? {
+            report.records_removed += 1;
+        }
         Ok(())
+    }
+
+    /// Deletes a manager object nothing names. One that cannot be read (too few pieces on the
+    /// devices in service) is left for a scrub to report: a start-up is no reason to refuse.
+    async fn delete_unneeded(&self, key: &[u8]) -> Result<bool> {
+        match self.inner.manager.delete(key).await {
+            Ok(_) => Ok(true),
+            Err(e @ RedundancyError::Lost { .. }) => {
+                tracing::warn!(error = %e, "an unneeded object cannot be read; left in place");
+                Ok(false)
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Rebuilds the index from the devices.
@@ -79,7 +107,7 @@ impl Store {
         let mut report = LoadReport::default();
         let mut buckets: BTreeMap<String, Bucket> = BTreeMap::new();
         let mut by_id: HashMap<u64, String> = HashMap::new();
-        for (_, v) in self.records(TAG_BUCKET).await? {
+        for (_, v) in self.records(TAG_BUCKET, &mut report).await? {
             let (rec, _): (BucketRecord, _) = decode(Kind::Bucket, &v)?;
             by_id.insert(rec.id, rec.name.clone());
             let info = BucketInfo {
@@ -89,7 +117,7 @@ impl Store {
             buckets.insert(rec.name, Bucket::new(info, rec.id));
         }
         let mut referenced: HashSet<Id> = HashSet::new();
-        for (k, v) in self.records(TAG_OBJECT).await? {
+        for (k, v) in self.records(TAG_OBJECT, &mut report).await? {
             let (rec, _): (ObjectRecord, _) = decode(Kind::Object, &v)?;
             let Some(b) = by_id.get(&rec.bucket_id).and_then(|n| buckets.get_mut(n)) else {
                 self.remove_record(&k, &mut report).await?;
@@ -120,7 +148,7 @@ impl Store {
         // Uploads: drop those of deleted buckets and those whose completion was interrupted
         // after the object was written (the object names their chunks).
         let mut uploads: HashMap<String, (String, Arc<crate::multipart::Upload>)> = HashMap::new();
-        for (k, v) in self.records(TAG_UPLOAD).await? {
+        for (k, v) in self.records(TAG_UPLOAD, &mut report).await? {
             let (rec, _): (UploadRecord, _) = decode(Kind::Upload, &v)?;
             let bucket = by_id.get(&rec.bucket_id).cloned();
             let finished = bucket.as_ref().is_some_and(|n| {
@@ -139,7 +167,7 @@ impl Store {
                 _ => self.remove_record(&k, &mut report).await?,
             }
         }
-        for (k, v) in self.records(TAG_PART).await? {
+        for (k, v) in self.records(TAG_PART, &mut report).await? {
             let (upload_id, part) = Store::part_from_record(&v)?;
             match uploads.get(&upload_id) {
                 Some((_, u)) if part_key(&u.id, part.info.number) == k => {
@@ -157,12 +185,18 @@ impl Store {
             }
         }
         // Chunks of interrupted puts, replaced objects and finished uploads.
-        for k in self.inner.manager.keys(&[TAG_CHUNK]).await? {
+        let chunks = if report.records_unreadable == 0 {
+            self.inner.manager.keys(&[TAG_CHUNK]).await?
+        } else {
+            Vec::new()
+        };
+        for k in chunks {
             match chunk_id_of(&k) {
                 Some(id) if referenced.contains(&id) => {}
                 _ => {
-                    self.inner.manager.delete(&k).await?;
-                    report.chunks_removed += 1;
+                    if self.delete_unneeded(&k).await? {
+                        report.chunks_removed += 1;
+                    }
                 }
             }
         }
@@ -178,6 +212,7 @@ impl Store {
             uploads = report.uploads,
             records_removed = report.records_removed,
             chunks_removed = report.chunks_removed,
+            records_unreadable = report.records_unreadable,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "index loaded"
         );

@@ -9,7 +9,7 @@ use crate::error::{Result, StoreError};
 use crate::identity::{sync_dir, write_durably, ArrayIdentity, DeviceHealth, NotCurrent};
 use crate::metrics::Metrics;
 use crate::store::{reaper, Committer, Inner, State, Store, CLEAN_MARKER, RECORD_LOCK_STRIPES};
-use railstore_device::{Device, MemConfig, MemDevice};
+use railstore_device::{Device, MemConfig, MemDevice, RetryingDevice};
 use railstore_rails::{RailsConfig, ScheduleConfig};
 use std::fs::File;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -126,6 +126,10 @@ impl Store {
                     });
                 }
             }
+        }
+        // Transient faults are retried at the device, under every layer that uses it.
+        for o in &mut devices {
+            o.device = Arc::new(RetryingDevice::new(o.device.clone()));
         }
         let raw: Vec<Arc<dyn Device>> = devices.iter().map(|o| o.device.clone()).collect();
         // Device losses every object of the policy survives.
