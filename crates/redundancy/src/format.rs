@@ -195,6 +195,19 @@ pub fn segment_key(user_key: &[u8], segment: u32, version: u64) -> Vec<u8> {
     k
 }
 
+/// The device key of a *staged* segment 0 of `version`: the key of a later segment with
+/// segment number 0. An overwrite that could otherwise leave neither version readable after a
+/// crash (fewer than 2k - 1 positions in service) stores the new pieces here, durably, before
+/// it overwrites segment 0 in place.
+pub fn staged_key(user_key: &[u8], version: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(user_key.len() + KEY_OVERHEAD_BYTES);
+    k.push(TAG_SEGMENT);
+    k.extend_from_slice(user_key);
+    k.extend_from_slice(&version.to_be_bytes());
+    k.extend_from_slice(&0u32.to_be_bytes());
+    k
+}
+
 /// The device key of a packing set's piece (`TAG_PARITY`, `TAG_SET` or `TAG_DEAD`).
 pub fn set_key(tag: u8, set: u64, index: u8) -> Vec<u8> {
     let mut k = Vec::with_capacity(10);
@@ -216,6 +229,13 @@ pub enum DeviceKey {
         /// The segment number.
         segment: u32,
         /// The object version (0 for segment 0, whose key has none).
+        version: u64,
+    },
+    /// A staged segment 0 of one version of a user object ([`staged_key`]).
+    Staged {
+        /// The user key.
+        user_key: Vec<u8>,
+        /// The version staged.
         version: u64,
     },
     /// A piece of a packing set.
@@ -242,10 +262,17 @@ pub fn parse_device_key(key: &[u8]) -> Option<DeviceKey> {
             let (user_key, tail) = rest.split_at(rest.len() - 12);
             let version = u64::from_be_bytes(tail[..8].try_into().unwrap());
             let segment = u32::from_be_bytes(tail[8..].try_into().unwrap());
-            (segment > 0).then(|| DeviceKey::Segment {
-                user_key: user_key.to_vec(),
-                segment,
-                version,
+            Some(if segment == 0 {
+                DeviceKey::Staged {
+                    user_key: user_key.to_vec(),
+                    version,
+                }
+            } else {
+                DeviceKey::Segment {
+                    user_key: user_key.to_vec(),
+                    segment,
+                    version,
+                }
             })
         }
         TAG_PARITY | TAG_DEAD if rest.len() == 9 => Some(DeviceKey::Set {
@@ -461,6 +488,13 @@ mod tests {
             Some(DeviceKey::Segment {
                 user_key: b"a/b".to_vec(),
                 segment: 70_000,
+                version: 9
+            })
+        );
+        assert_eq!(
+            parse_device_key(&staged_key(b"a/b", 9)),
+            Some(DeviceKey::Staged {
+                user_key: b"a/b".to_vec(),
                 version: 9
             })
         );

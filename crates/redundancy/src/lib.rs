@@ -16,6 +16,7 @@ pub mod mechanism;
 pub mod mttdl;
 mod pack;
 mod rebuild;
+mod staged;
 mod vdev;
 
 pub use error::{RedundancyError, Result};

@@ -52,7 +52,7 @@ pub(crate) struct Piece {
 }
 
 /// What each of a segment's devices holds (index = position in the key's placement).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct SegmentScan {
     /// Device of each position.
     pub devices: Vec<usize>,
@@ -62,6 +62,9 @@ pub(crate) struct SegmentScan {
     pub corrupt: Vec<bool>,
     /// The position's device could not be read.
     pub unreadable: Vec<bool>,
+    /// The piece comes from a staged segment 0 (`format::staged_key`), not from the
+    /// position's own key, which a repair must still rewrite.
+    pub staged: Vec<bool>,
 }
 
 /// A segment resolved to one version.
@@ -276,7 +279,9 @@ impl Manager {
                 };
                 inner.writing(key, Writing::Put(resolved))
             });
-            inner.write_segment(key, &place, mech, head, data).await?;
+            inner
+                .write_segment(key, &place, mech, head, data, prev.is_some())
+                .await?;
             if s + 1 == segments && segments > 1 {
                 inner.sync_positions(&place, mech.pieces()).await?;
             }
@@ -776,6 +781,8 @@ impl Inner {
     }
 
     /// Writes one segment; succeeds when enough pieces landed for the object to be readable.
+    /// `overwrite`: segment 0 replaces an older version in place, staged first where a crash
+    /// could otherwise leave neither version readable.
     async fn write_segment(
         &self,
         key: &[u8],
@@ -783,12 +790,21 @@ impl Inner {
         mech: Mechanism,
         head: SegmentHead,
         data: &[u8],
+        overwrite: bool,
     ) -> Result<()> {
         if let Mechanism::Pack { .. } = mech {
             return self.packer.submit(key, place, mech, head, data).await;
         }
         let pieces = self.pieces_of(mech, head, data, None, None)?;
-        self.store_pieces(key, place, head, mech, &pieces).await
+        let staged = head.segment == 0 && overwrite && self.must_stage(mech);
+        if staged {
+            self.stage(key, place, head, mech, &pieces).await?;
+        }
+        self.store_pieces(key, place, head, mech, &pieces).await?;
+        if staged {
+            self.unstage_later(key, place, mech, head.version).await?;
+        }
+        Ok(())
     }
 
     /// Stores pieces at their placement positions; fails when more than the mechanism's
@@ -802,9 +818,21 @@ impl Inner {
         pieces: &[(usize, Vec<u8>)],
     ) -> Result<()> {
         let skey = segment_key(key, head.segment, head.version);
+        self.store_pieces_at(key, &skey, place, mech, pieces).await
+    }
+
+    /// Stores pieces under device key `skey` at their placement positions; fails when more
+    /// than the mechanism's tolerance did not land.
+    pub(crate) async fn store_pieces_at(
+        &self,
+        key: &[u8],
+        skey: &[u8],
+        place: &Placement<'_>,
+        mech: Mechanism,
+        pieces: &[(usize, Vec<u8>)],
+    ) -> Result<()> {
         let res = join_all(pieces.iter().map(|(pos, v)| {
             let d = place.device(*pos);
-            let skey = &skey;
             async move { self.io.store(d, skey, v).await }
         }))
         .await;
@@ -922,7 +950,11 @@ impl Inner {
     }
 
     /// Makes what was stored at the first `positions` placement positions durable.
-    async fn sync_positions(&self, place: &Placement<'_>, positions: usize) -> Result<()> {
+    pub(crate) async fn sync_positions(
+        &self,
+        place: &Placement<'_>,
+        positions: usize,
+    ) -> Result<()> {
         self.sync_devices((0..positions).map(|pos| place.device(pos)))
             .await
     }
@@ -1220,6 +1252,7 @@ impl Inner {
             pieces: vec![None; n],
             corrupt: vec![false; n],
             unreadable: vec![false; n],
+            staged: vec![false; n],
         };
         for (pos, r) in reads.into_iter().enumerate() {
             match r {
@@ -1416,19 +1449,15 @@ impl Inner {
             }
             return Ok(None);
         }
-        let versions = self.decodable_versions(&scan);
-        let candidates: Vec<u64> = match want {
-            Some(w) => versions.into_iter().filter(|&v| v == w).collect(),
-            None => versions,
-        };
-        for v in candidates {
-            if let Some(r) = self.decode_scan(&scan, v).await? {
-                if segment == 0 && r.segment_count > 1 && want.is_none() {
-                    // The object's version must be readable in every segment.
-                    return self.resolve_object(key, place, scan, r).await;
+        if let Some(r) = self.resolve_scan(key, segment, place, &scan, want).await? {
+            return Ok(Some(r));
+        }
+        if segment == 0 {
+            // An overwrite a crash cut may have left its new version only staged.
+            if let Some(merged) = self.with_staged(key, &scan).await {
+                if let Some(r) = self.resolve_scan(key, 0, place, &merged, want).await? {
+                    return Ok(Some(r));
                 }
-                self.repair_segment(key, segment, place, &scan, &r).await;
-                return Ok(Some(r));
             }
         }
         if want.is_none()
@@ -1439,6 +1468,16 @@ impl Inner {
             // Every device answered and nothing is damaged, yet no version has enough pieces:
             // a write or delete that never completed (a crash before sync, or one in flight).
             // Neither was acknowledged as durable, so the object reads as absent.
+            return Ok(None);
+        }
+        if want.is_none()
+            && self.decodable_versions(&scan).is_empty()
+            && self.damage_tolerated(&scan)
+        {
+            // An acknowledged version landed on every position in service when it was written
+            // (a device that missed it left service), so with no more positions damaged than
+            // its mechanism tolerates it still has enough readable pieces. None has: what is
+            // there is a write that never completed, and the object reads as absent.
             return Ok(None);
         }
         Err(RedundancyError::Lost {
@@ -1453,6 +1492,50 @@ impl Inner {
         })
     }
 
+    /// Whether the positions `scan` could not use (unreadable, corrupt, being rebuilt) are
+    /// within the tolerance of every mechanism its pieces were written with.
+    fn damage_tolerated(&self, scan: &SegmentScan) -> bool {
+        let damaged = |pos: usize| {
+            scan.unreadable[pos] || scan.corrupt[pos] || self.io.is_rebuilding(scan.devices[pos])
+        };
+        scan.pieces.iter().flatten().all(|p| {
+            mechanism_of(&p.header).is_some_and(|mech| {
+                (0..mech.pieces().min(scan.devices.len()))
+                    .filter(|&pos| damaged(pos))
+                    .count()
+                    <= mech.tolerance()
+            })
+        })
+    }
+
+    /// The newest version (or `want`) that `scan` decodes, made whole: every segment of it
+    /// readable, the scanned positions repaired.
+    async fn resolve_scan(
+        &self,
+        key: &[u8],
+        segment: u32,
+        place: &Placement<'_>,
+        scan: &SegmentScan,
+        want: Option<u64>,
+    ) -> Result<Option<Resolved>> {
+        let versions = self.decodable_versions(scan);
+        let candidates: Vec<u64> = match want {
+            Some(w) => versions.into_iter().filter(|&v| v == w).collect(),
+            None => versions,
+        };
+        for v in candidates {
+            if let Some(r) = self.decode_scan(scan, v).await? {
+                if segment == 0 && r.segment_count > 1 && want.is_none() {
+                    // The object's version must be readable in every segment.
+                    return self.resolve_object(key, place, scan, r).await;
+                }
+                self.repair_segment(key, segment, place, scan, &r).await;
+                return Ok(Some(r));
+            }
+        }
+        Ok(None)
+    }
+
     /// Segment 0 of a multi-segment object resolved to `first`: reads every later segment of
     /// that version, else falls back to an older version of segment 0 whose segments are all
     /// there (later segments are durable before segment 0 names them, so one normally is).
@@ -1460,11 +1543,11 @@ impl Inner {
         &self,
         key: &[u8],
         place: &Placement<'_>,
-        scan0: SegmentScan,
+        scan0: &SegmentScan,
         first: Resolved,
     ) -> Result<Option<Resolved>> {
-        for v in self.decodable_versions(&scan0) {
-            let Some(r0) = self.decode_scan(&scan0, v).await? else {
+        for v in self.decodable_versions(scan0) {
+            let Some(r0) = self.decode_scan(scan0, v).await? else {
                 continue;
             };
             let mut later = Vec::new();
@@ -1481,7 +1564,7 @@ impl Inner {
             for (s, scan, r) in &later {
                 self.repair_segment(key, *s, place, scan, r).await;
             }
-            self.repair_segment(key, 0, place, &scan0, &r0).await;
+            self.repair_segment(key, 0, place, scan0, &r0).await;
             return Ok(Some(r0));
         }
         Err(RedundancyError::Lost {
@@ -1533,11 +1616,13 @@ impl Inner {
         let skey = segment_key(key, segment, r.version);
         let mut fixes: Vec<(usize, Option<&Vec<u8>>)> = Vec::new();
         for (pos, bytes) in &pieces {
-            let good = scan.pieces[*pos].as_ref().is_some_and(|p| {
-                p.header.version == r.version
-                    && PieceHeader::decode(bytes)
-                        .is_ok_and(|(h, payload)| h == p.header && payload == p.payload.as_slice())
-            });
+            let good = !scan.staged[*pos]
+                && scan.pieces[*pos].as_ref().is_some_and(|p| {
+                    p.header.version == r.version
+                        && PieceHeader::decode(bytes).is_ok_and(|(h, payload)| {
+                            h == p.header && payload == p.payload.as_slice()
+                        })
+                });
             if !good && !scan.unreadable[*pos] {
                 fixes.push((*pos, Some(bytes)));
             }

@@ -188,6 +188,20 @@ impl Inner {
                                 objects.insert(user_key);
                             }
                         }
+                        Some(DeviceKey::Staged { user_key, version }) => {
+                            // A staged segment 0: it goes once its object is resolved.
+                            let relevant = target.is_none_or(|t| {
+                                self.layout.place(&user_key).devices().any(|x| x == t)
+                            });
+                            if relevant {
+                                later_keys.entry(user_key.clone()).or_default().push((
+                                    d,
+                                    e.key.clone(),
+                                    version,
+                                ));
+                                objects.insert(user_key);
+                            }
+                        }
                         Some(DeviceKey::Set { set, .. }) if sets.insert(set) => {
                             set_items.push((set, d));
                         }
@@ -287,11 +301,16 @@ impl Inner {
         let place = self.layout.place(key);
         let found = self.slow_segment(key, 0, &place, None).await?;
         let current = found.as_ref().map(|r| r.version);
+        let mut staged_current = Vec::new();
         for (d, dkey, v) in later {
             if Some(*v) != current && !self.io.is_failed(*d) {
                 let _ = self.io.delete(*d, dkey).await;
+            } else if matches!(parse_device_key(dkey), Some(DeviceKey::Staged { .. })) {
+                // Segment 0 was just repaired in place from it: it goes after the next sync.
+                staged_current.push((*d, dkey.clone()));
             }
         }
+        self.defer_deletes(staged_current).await?;
         if found.is_none() {
             // Leftovers of an incomplete write or delete: roll it back (or forward) to absent.
             self.forget(key);

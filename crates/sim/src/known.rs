@@ -105,13 +105,12 @@ pub static KNOWN_BUGS: &[KnownBug] = &[
     },
     KnownBug {
         id: "SIM-10",
-        summary: "an overwrite cut by a crash loses the object: segment 0 is overwritten in \
-                  place, so when fewer than 2k-1 of its positions are in service (split3+3 \
-                  with two devices out; packing with none) neither the acknowledged old version \
-                  nor the new one has enough pieces after the restart (no such key)",
+        summary: "pack3+3: an overwrite cut by a crash loses the object, with or without \
+                  separation and with no device fault needed: after the restart neither the \
+                  acknowledged old version nor the new one reads back (no such key)",
         matches: |k, w, c| {
             k == Kind::Data
-                && (c.pack || c.device_fault)
+                && c.pack
                 && w.contains("an acknowledged object is lost")
                 && w.contains("an overwrite of it was cut by a crash")
         },
