@@ -66,7 +66,8 @@ impl Inner {
     }
 
     /// `scan` (segment 0 of `key`, in place) with the newest staged version's pieces put in
-    /// at the positions whose own piece is of another version; `None` when nothing is staged.
+    /// at the positions whose own piece is of another version; `None` when nothing is staged,
+    /// or what is staged is not the newest version segment 0 has seen.
     pub(crate) async fn with_staged(&self, key: &[u8], scan: &SegmentScan) -> Option<SegmentScan> {
         // Staged keys are `s` + user key + version + segment 0: list them by the prefix and
         // keep the ones of exactly this user key.
@@ -123,12 +124,25 @@ impl Inner {
         .await;
         let mut by_version: BTreeMap<u64, Vec<(usize, Piece)>> = BTreeMap::new();
         for (pos, piece) in found.into_iter().flatten() {
+            self.observe_version(piece.header.version);
             by_version
                 .entry(piece.header.version)
                 .or_default()
                 .push((pos, piece));
         }
-        let (_, pieces) = by_version.pop_last()?;
+        let (staged, pieces) = by_version.pop_last()?;
+        // Only an overwrite that was cut: segment 0 holds pieces of that version or of older
+        // ones. A staged copy whose garbage a crash forgot, of an object deleted since (no
+        // pieces in place) or overwritten since (newer pieces), is no candidate.
+        let in_place = scan
+            .pieces
+            .iter()
+            .flatten()
+            .map(|p| p.header.version)
+            .max()?;
+        if in_place > staged {
+            return None;
+        }
         let mut merged = scan.clone();
         for (pos, piece) in pieces {
             let own = merged.pieces[pos]

@@ -533,6 +533,40 @@ async fn rebuild_regenerates_exactly_what_the_lost_device_held() {
     }
 }
 
+/// A staged overwrite whose clean-up a restart forgot never brings back an object deleted
+/// since, even when segment 0 holds a damaged value where the object was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forgotten_staged_copy_does_not_undo_a_delete() {
+    let a = array(6, 91);
+    let cfg = config(Policy::Standalone(Mechanism::parse("split3+3").unwrap()));
+    let m = open_with(&a, cfg.clone()).await;
+    m.put(b"k", &[1u8; 3000], StoreMode::Upsert, None)
+        .await
+        .unwrap();
+    // The overwrite is staged; dropping the manager before a sync forgets the staged copy's
+    // deletion (a process crash).
+    m.put(b"k", &[2u8; 3000], StoreMode::Upsert, None)
+        .await
+        .unwrap();
+    drop(m);
+    let staged = |d: usize| {
+        let mem = a.mems[d].clone();
+        async move { iterate_all(mem.as_ref(), b"sk", false).await.unwrap().len() }
+    };
+    assert!(staged(0).await > 0, "the overwrite was not staged");
+    let m = open_with(&a, cfg).await;
+    assert!(m.delete(b"k").await.unwrap());
+    m.sync().await.unwrap();
+    a.mems[2]
+        .store(b"ok", b"not a piece", StoreMode::Upsert)
+        .await
+        .unwrap();
+    assert!(matches!(
+        m.get(b"k", ReadRange::ALL).await,
+        Err(RedundancyError::NotFound { .. })
+    ));
+}
+
 /// Two devices out of service at once (within rep3's and 3+3's tolerance) are rebuilt one at a
 /// time: the first rebuild reads around the second failed device instead of refusing (simulator
 /// bug SIM-1).
