@@ -8,7 +8,9 @@
 //! - packing sets, rebuild of a failed device and scrub.
 //! - [`mttdl`]: KVMD §5.1's reliability model.
 
+mod careful;
 pub mod error;
+mod fast;
 pub mod format;
 pub mod io;
 mod manager;

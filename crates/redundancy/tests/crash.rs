@@ -129,7 +129,14 @@ async fn crash_run(mech: &str, seed: u64, out: &[usize]) {
         let got = match m.get(&k, ReadRange::ALL).await {
             Ok((v, _)) => Some(v),
             Err(RedundancyError::NotFound { .. }) => None,
-            Err(e) => panic!("{mech} seed {seed}: {k:?}: {e} ({report:?})"),
+            Err(e) => panic!(
+                "{mech} seed {seed}: {k:?}: {e} (synced: {:?}; written since: {:?}; {report:?})",
+                synced.get(&k).map(|s| s.as_ref().map(|v| v.len())),
+                since.get(&k).map(|v| v
+                    .iter()
+                    .map(|s| s.as_ref().map(|v| v.len()))
+                    .collect::<Vec<_>>())
+            ),
         };
         assert!(
             allowed.contains(&got),
