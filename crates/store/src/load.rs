@@ -203,7 +203,11 @@ impl Store {
         report.buckets = buckets.len();
         report.objects = buckets.values().map(|b| b.objects.len()).sum();
         self.inner.state.write().unwrap().buckets = buckets;
-        if report.records_removed + report.chunks_removed > 0 {
+        // After an unclean shutdown the careful reads above rolled records forward or back
+        // and rewrote their missing copies: make that durable before anything is served, or
+        // the next power cut takes the rewrites back and the object depends on the few pieces
+        // the crash left (on devices that may be lost next).
+        if self.inner.unclean_start || report.records_removed + report.chunks_removed > 0 {
             self.durable().await?;
         }
         tracing::info!(
