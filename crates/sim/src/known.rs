@@ -53,17 +53,18 @@ pub struct KnownBug {
 pub static KNOWN_BUGS: &[KnownBug] = &[
     KnownBug {
         id: "SIM-8",
-        summary: "an object whose put a crash cut off, and that the next open shows (rolled \
-                  forward), is not made whole, by the open or by a scrub: later it becomes \
+        summary: "pack3+3: an object whose put a crash cut off, and that the next open shows \
+                  (rolled forward), is not made whole, by the open or by a scrub: later it becomes \
                   unreadable or vanishes, after devices are lost within tolerance (a fail-stop, \
                   stale devices returned, devices rebuilt) and, rarely, with no device fault at \
                   all; the index can then describe (head, listing) an object whose read says \
                   there is no such key ('its state was resolved by a restart', or a write cut by \
                   a crash)",
-        matches: |k, w, _| {
+        matches: |k, w, c| {
             let crash =
                 w.contains("resolved by a restart") || w.contains("of it was cut by a crash");
             k == Kind::Data
+                && c.pack
                 && ((w.contains("resolved by a restart")
                     && (w.contains("an acknowledged object is lost")
                         || w.contains("cannot be read within tolerance")))
@@ -84,24 +85,6 @@ pub static KNOWN_BUGS: &[KnownBug] = &[
                 && w.contains("cannot be read within tolerance")
                 && w.contains("no version has enough")
         },
-    },
-    KnownBug {
-        id: "SIM-6",
-        summary: "rails journal replay after a rebuild: records addressed to a device that \
-                  failed while it had buffered writes are never applied or deleted; the rebuilt \
-                  device has no watermark, so the next open replays all of them onto it, \
-                  writing old versions over rebuilt data: acknowledged overwrites and deletes \
-                  are undone, and records come back whose chunks are gone (listed but \
-                  unreadable)",
-        matches: |k, _, c| k == Kind::Data && c.separation && c.rebuilt,
-    },
-    KnownBug {
-        id: "SIM-7",
-        summary: "with separation, after a crash or power cut while a device is out of service \
-                  (no rebuild involved), an acknowledged delete is undone and an older version \
-                  comes back; suspected cause: a piece or delete buffered for a reader has one \
-                  journal record, which the failed device may hold",
-        matches: |k, _, c| k == Kind::Data && c.separation && c.device_fault,
     },
     KnownBug {
         id: "SIM-10",
