@@ -103,6 +103,18 @@ pub(crate) struct Inner {
     pub key_bytes_max: usize,
     pub piece_payload_max: usize,
     pub packer: Packer,
+    /// Per device: syncs that concurrent writers share (see [`Inner::sync_shared`]).
+    sync_groups: Vec<SyncGroup>,
+}
+
+/// Group commit of one device's syncs: a writer takes a ticket once its writes are done, and
+/// one sync started after that covers them, whoever issues it.
+#[derive(Default)]
+struct SyncGroup {
+    /// Tickets handed out.
+    tickets: AtomicU64,
+    /// The highest ticket a finished sync covers; held while a sync runs.
+    covered: tokio::sync::Mutex<u64>,
 }
 
 /// The reliability manager. Cheap to clone; clones share everything.
@@ -143,6 +155,7 @@ impl Manager {
             )));
         }
         let layout = config.layout(devices.len())?;
+        let layout_devices = devices.len();
         let key_max = devices.iter().map(|d| d.limits().key_bytes_max).min();
         let value_max = devices.iter().map(|d| d.limits().value_bytes_max).min();
         let key_bytes_max = key_max.unwrap_or(0).saturating_sub(KEY_OVERHEAD_BYTES);
@@ -179,6 +192,7 @@ impl Manager {
             version: AtomicU64::new(start),
             key_bytes_max,
             piece_payload_max,
+            sync_groups: (0..layout_devices).map(|_| SyncGroup::default()).collect(),
         });
         Ok(Manager { inner })
     }
@@ -956,6 +970,27 @@ impl Inner {
     ) -> Result<()> {
         self.sync_devices((0..positions).map(|pos| place.device(pos)))
             .await
+    }
+
+    /// Makes what this task stored at the first `positions` placement positions durable, with
+    /// one sync per device shared by every task that waits at the same time.
+    pub(crate) async fn sync_shared(&self, place: &Placement<'_>, positions: usize) -> Result<()> {
+        join_all((0..positions).map(|pos| async move {
+            let d = place.device(pos);
+            let group = &self.sync_groups[d];
+            let ticket = group.tickets.fetch_add(1, Ordering::SeqCst) + 1;
+            let mut covered = group.covered.lock().await;
+            if *covered >= ticket {
+                return Ok(());
+            }
+            let upto = group.tickets.load(Ordering::SeqCst);
+            self.sync_devices(std::iter::once(d)).await?;
+            *covered = upto;
+            Ok(())
+        }))
+        .await
+        .into_iter()
+        .collect()
     }
 
     /// Syncs the given devices at once; devices marked failed have nothing to sync. A device

@@ -44,7 +44,8 @@ impl Inner {
         let skey = staged_key(key, head.version);
         self.store_pieces_at(key, &skey, place, mech, pieces)
             .await?;
-        self.sync_positions(place, mech.pieces()).await
+        // Concurrent overwrites share their syncs: one per device, not one per overwrite.
+        self.sync_shared(place, mech.pieces()).await
     }
 
     /// The staged pieces of `version` go once the next sync has made segment 0 durable in
