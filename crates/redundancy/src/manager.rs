@@ -809,13 +809,13 @@ impl Inner {
             return self.packer.submit(key, place, mech, head, data).await;
         }
         let pieces = self.pieces_of(mech, head, data, None, None)?;
-        let staged = head.segment == 0 && overwrite && self.must_stage(mech);
+        let staged = head.segment == 0 && overwrite && self.must_stage(place, mech);
         if staged {
             self.stage(key, place, head, mech, &pieces).await?;
         }
         self.store_pieces(key, place, head, mech, &pieces).await?;
         if staged {
-            self.unstage_later(key, place, mech, head.version).await?;
+            self.unstage(key, place, mech, head.version).await?;
         }
         Ok(())
     }
@@ -972,11 +972,10 @@ impl Inner {
             .await
     }
 
-    /// Makes what this task stored at the first `positions` placement positions durable, with
-    /// one sync per device shared by every task that waits at the same time.
-    pub(crate) async fn sync_shared(&self, place: &Placement<'_>, positions: usize) -> Result<()> {
-        join_all((0..positions).map(|pos| async move {
-            let d = place.device(pos);
+    /// Makes what this task stored on `devices` durable, with one sync per device shared by
+    /// every task that waits at the same time.
+    pub(crate) async fn sync_shared(&self, devices: impl Iterator<Item = usize>) -> Result<()> {
+        join_all(devices.map(|d| async move {
             let group = &self.sync_groups[d];
             let ticket = group.tickets.fetch_add(1, Ordering::SeqCst) + 1;
             let mut covered = group.covered.lock().await;

@@ -126,7 +126,8 @@ impl Manager {
     }
 }
 
-/// A later-segment key seen on a device: (device, device key, version in the key).
+/// A key of one version of an object seen on a device (a later segment, or a staged segment
+/// 0): (device, device key, version in the key).
 type LaterKey = (usize, Vec<u8>, u64);
 
 enum Item {
@@ -168,44 +169,34 @@ impl Inner {
                     .keys_listed
                     .fetch_add(batch.entries.len() as u64, Ordering::Relaxed);
                 for e in &batch.entries {
-                    match parse_device_key(&e.key) {
+                    // An object's key, with the version of a key that names one (a later
+                    // segment, or a staged segment 0).
+                    let (user_key, versioned) = match parse_device_key(&e.key) {
                         Some(DeviceKey::Segment {
                             user_key,
                             segment,
                             version,
-                        }) => {
-                            let relevant = target.is_none_or(|t| {
-                                self.layout.place(&user_key).devices().any(|x| x == t)
-                            });
-                            if relevant {
-                                if segment > 0 {
-                                    later_keys.entry(user_key.clone()).or_default().push((
-                                        d,
-                                        e.key.clone(),
-                                        version,
-                                    ));
-                                }
-                                objects.insert(user_key);
+                        }) => (user_key, (segment > 0).then_some(version)),
+                        Some(DeviceKey::Staged { user_key, version }) => (user_key, Some(version)),
+                        Some(DeviceKey::Set { set, .. }) => {
+                            if sets.insert(set) {
+                                set_items.push((set, d));
                             }
+                            continue;
                         }
-                        Some(DeviceKey::Staged { user_key, version }) => {
-                            // A staged segment 0: it goes once its object is resolved.
-                            let relevant = target.is_none_or(|t| {
-                                self.layout.place(&user_key).devices().any(|x| x == t)
-                            });
-                            if relevant {
-                                later_keys.entry(user_key.clone()).or_default().push((
-                                    d,
-                                    e.key.clone(),
-                                    version,
-                                ));
-                                objects.insert(user_key);
-                            }
+                        None => continue,
+                    };
+                    let relevant = target
+                        .is_none_or(|t| self.layout.place(&user_key).devices().any(|x| x == t));
+                    if relevant {
+                        if let Some(version) = versioned {
+                            later_keys.entry(user_key.clone()).or_default().push((
+                                d,
+                                e.key.clone(),
+                                version,
+                            ));
                         }
-                        Some(DeviceKey::Set { set, .. }) if sets.insert(set) => {
-                            set_items.push((set, d));
-                        }
-                        _ => {}
+                        objects.insert(user_key);
                     }
                 }
                 if !batch.more {

@@ -6,13 +6,16 @@
 //! when at least 2k - 1 positions are in service (not with RS(3,3) and two devices out, nor
 //! with any code whose m < k - 1), and even then a device lost later, within the tolerance,
 //! can take the survivor below k. The old version was acknowledged. So a split object's
-//! overwrite first stores the new pieces under a staged key of their own version
-//! (`format::staged_key`) and makes them durable; only then does it overwrite in place. A careful read that finds no version readable in place looks
-//! for staged pieces and rolls the object forward from them. Staged pieces go after the next
-//! sync once the overwrite is done, or when a scrub finds them.
+//! overwrite in a degraded group first stores the new pieces under a staged key of their own
+//! version (`format::staged_key`) and makes them durable; only then does it overwrite in
+//! place.
+//!
+//! A careful read that finds no version readable in place looks for staged pieces and rolls
+//! the object forward from them. Staged pieces go once the write in place is durable, or when
+//! a scrub finds them.
 
 use crate::error::Result;
-use crate::format::{parse_device_key, staged_key, DeviceKey, PieceHeader};
+use crate::format::{parse_device_key, staged_key, DeviceKey, PieceHeader, PieceKind};
 use crate::manager::{Inner, Piece, SegmentHead, SegmentScan};
 use crate::mechanism::Mechanism;
 use futures_util::future::join_all;
@@ -21,15 +24,17 @@ use railstore_placement::Placement;
 use std::collections::BTreeMap;
 
 impl Inner {
-    /// Whether an overwrite of segment 0 with `mech` is staged: for split objects, always.
-    /// After a crash in the middle of an in-place overwrite the positions hold old and new
-    /// pieces between them, so the version that survives has fewer than all of its pieces and
-    /// a device lost later within the tolerance can take it below k (and with fewer than
-    /// 2k - 1 positions in service, neither version may keep k at all). Copies and hashing
-    /// need only one piece of a version; packed members are moved aside before they are
-    /// replaced.
-    pub(crate) fn must_stage(&self, mech: Mechanism) -> bool {
+    /// Whether an overwrite of segment 0 with `mech` is staged: a split object's, while a
+    /// device of its placement is out of service. In place, a crash in the middle leaves the
+    /// positions in service holding old and new pieces between them; with fewer than 2k - 1
+    /// of them neither version may keep k, and with a device already out a further loss
+    /// within the tolerance before the next open repairs it can take the survivor below k.
+    /// In a whole group the survivor keeps at least k of n pieces, and staging every overwrite
+    /// would cost a sync each (docs/benchmarks/kv.md). Copies and hashing need only one piece
+    /// of a version.
+    pub(crate) fn must_stage(&self, place: &Placement<'_>, mech: Mechanism) -> bool {
         matches!(mech, Mechanism::Split { .. })
+            && (0..mech.pieces()).any(|pos| self.io.is_failed(place.device(pos)))
     }
 
     /// Stores the new version's segment-0 pieces under their staged key, durably.
@@ -45,12 +50,14 @@ impl Inner {
         self.store_pieces_at(key, &skey, place, mech, pieces)
             .await?;
         // Concurrent overwrites share their syncs: one per device, not one per overwrite.
-        self.sync_shared(place, mech.pieces()).await
+        self.sync_shared((0..mech.pieces()).map(|pos| place.device(pos)))
+            .await
     }
 
-    /// The staged pieces of `version` go once the next sync has made segment 0 durable in
-    /// place.
-    pub(crate) async fn unstage_later(
+    /// Deletes the staged pieces of `version` once segment 0 is durable in place. Not left for
+    /// the manager's deferred deletes: staged copies are whole pieces, and until the next full
+    /// sync they would fill the devices.
+    pub(crate) async fn unstage(
         &self,
         key: &[u8],
         place: &Placement<'_>,
@@ -58,12 +65,23 @@ impl Inner {
         version: u64,
     ) -> Result<()> {
         let skey = staged_key(key, version);
-        self.defer_deletes(
-            (0..mech.pieces())
-                .map(|pos| (place.device(pos), skey.clone()))
-                .collect(),
-        )
-        .await
+        let devices: Vec<usize> = (0..mech.pieces()).map(|pos| place.device(pos)).collect();
+        self.unstage_keys(devices.into_iter().map(|d| (d, skey.clone())).collect())
+            .await
+    }
+
+    /// Deletes staged pieces `(device, key)` once what was written in place after them is
+    /// durable (a sync shared with concurrent writers). A delete that fails is left for scrub.
+    pub(crate) async fn unstage_keys(&self, staged: Vec<(usize, Vec<u8>)>) -> Result<()> {
+        let mut devices: Vec<usize> = staged.iter().map(|(d, _)| *d).collect();
+        devices.sort_unstable();
+        devices.dedup();
+        self.sync_shared(devices.into_iter()).await?;
+        join_all(staged.iter().map(|(d, k)| async move {
+            let _ = self.io.delete(*d, k).await;
+        }))
+        .await;
+        Ok(())
     }
 
     /// `scan` (segment 0 of `key`, in place) with the newest staged version's pieces put in
@@ -104,7 +122,11 @@ impl Inner {
                             continue;
                         };
                         if let Ok((h, payload)) = PieceHeader::decode(&bytes) {
-                            if h.version == version && h.segment == 0 && h.index as usize == pos {
+                            // As in place: a shard or copy sits at its own index, a packed
+                            // member or pointer names its set slot instead.
+                            let at_pos = h.index as usize == pos
+                                || matches!(h.kind, PieceKind::Member | PieceKind::Pointer);
+                            if h.version == version && h.segment == 0 && at_pos {
                                 pieces.push((
                                     pos,
                                     Piece {

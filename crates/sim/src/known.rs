@@ -99,6 +99,20 @@ pub static KNOWN_BUGS: &[KnownBug] = &[
         },
     },
     KnownBug {
+        id: "SIM-12",
+        summary: "split3+3: an overwrite cut by a crash while its group was whole, then devices \
+                  lost within the tolerance before the next open repairs it: the survivor kept \
+                  only k pieces in place, and losing one loses the object (overwrites are \
+                  staged only in degraded groups: staging every one costs a sync each)",
+        matches: |k, w, c| {
+            k == Kind::Data
+                && !c.pack
+                && c.device_fault
+                && w.contains("an acknowledged object is lost")
+                && w.contains("an overwrite of it was cut by a crash")
+        },
+    },
+    KnownBug {
         id: "SIM-11",
         summary: "pack3+3: with devices out of service up to the tolerance (wiped, stale, \
                   flaky), a read returns an older version that an acknowledged put replaced",

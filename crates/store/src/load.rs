@@ -18,6 +18,14 @@ use std::time::Instant;
 /// A manager key and its value.
 type Record = (Vec<u8>, Vec<u8>);
 
+/// What reading one record at start-up found.
+enum Fetched {
+    Record(Record),
+    Absent,
+    /// Too few pieces on the devices in service to read it.
+    Unreadable,
+}
+
 /// What start-up found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct LoadReport {
@@ -47,33 +55,32 @@ impl Store {
         let manager = &self.inner.manager;
         let careful = self.inner.unclean_start;
         let keys = manager.keys(&[tag]).await?;
-        let values: Vec<Result<std::result::Result<Option<Record>, RedundancyError>>> =
-            futures_util::stream::iter(keys)
+        let fetched: Vec<Result<Fetched>> = futures_util::stream::iter(keys)
             .map(|k| async move {
                 let got = if careful {
                     manager.get_resolved(&k).await
                 } else {
                     manager.get(&k, ReadRange::ALL).await
                 };
-                Ok(match got {
-                    Ok((v, _)) => Ok(Some((k, v))),
-                    Err(RedundancyError::NotFound { .. }) => Ok(None),
+                match got {
+                    Ok((v, _)) => Ok(Fetched::Record((k, v))),
+                    Err(RedundancyError::NotFound { .. }) => Ok(Fetched::Absent),
                     Err(e @ RedundancyError::Lost { .. }) => {
                         tracing::warn!(error = %e, "a record cannot be read; it is not indexed");
-                        Err(e)
+                        Ok(Fetched::Unreadable)
                     }
-                    Err(e) => return Err(e.into()),
-                })
+                    Err(e) => Err(e.into()),
+                }
             })
             .buffer_unordered(crate::store::LOAD_CONCURRENCY)
             .collect()
             .await;
-        let mut out = Vec::with_capacity(values.len());
-        for v in values {
-            match v? {
-                Ok(Some(kv)) => out.push(kv),
-                Ok(None) => {}
-                Err(_) => report.records_unreadable += 1,
+        let mut out = Vec::with_capacity(fetched.len());
+        for f in fetched {
+            match f? {
+                Fetched::Record(kv) => out.push(kv),
+                Fetched::Absent => {}
+                Fetched::Unreadable => report.records_unreadable += 1,
             }
         }
         Ok(out)
