@@ -67,7 +67,12 @@ fn value(i: usize) -> Vec<u8> {
 
 /// A fresh array with `OBJECTS` objects, shut down cleanly.
 async fn populated(dir: &Path, disks: &[Arc<MemDevice>]) {
-    let store = Store::open_with_devices(config(dir), as_devices(&faulty(disks, 0.0)))
+    populated_with(config(dir), disks).await
+}
+
+/// [`populated`] with `cfg`.
+async fn populated_with(cfg: StoreConfig, disks: &[Arc<MemDevice>]) {
+    let store = Store::open_with_devices(cfg, as_devices(&faulty(disks, 0.0)))
         .await
         .unwrap();
     store.create_bucket("bkt").await.unwrap();
@@ -200,24 +205,7 @@ async fn an_unreadable_record_does_not_stop_the_open() {
     cfg.manager.policy = railstore_redundancy::Policy::Standalone(
         railstore_redundancy::Mechanism::parse("split3+3").unwrap(),
     );
-    let f = faulty(&disks, 0.0);
-    let store = Store::open_with_devices(cfg.clone(), as_devices(&f))
-        .await
-        .unwrap();
-    store.create_bucket("bkt").await.unwrap();
-    for i in 0..OBJECTS {
-        store
-            .put_object(
-                "bkt",
-                &format!("k{i}"),
-                body_from(value(i)),
-                PutOptions::default(),
-            )
-            .await
-            .unwrap();
-    }
-    store.shutdown().await.unwrap();
-    drop(store);
+    populated_with(cfg.clone(), &disks).await;
     // One object record keeps two pieces in service: device 0 is gone, and three others lost
     // theirs.
     let records = railstore_device::iterate_all(disks[1].as_ref(), b"oK", false)
@@ -227,6 +215,7 @@ async fn an_unreadable_record_does_not_stop_the_open() {
     for d in [1, 2, 3] {
         disks[d].delete(&victim, true).await.unwrap();
     }
+    let f = faulty(&disks, 0.0);
     f[0].fail_stop();
     let store = Store::open_with_devices(cfg, as_devices(&f)).await.unwrap();
     let mut readable = 0;
