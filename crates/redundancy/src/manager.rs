@@ -155,7 +155,7 @@ impl Manager {
             )));
         }
         let layout = config.layout(devices.len())?;
-        let layout_devices = devices.len();
+        let device_count = devices.len();
         let key_max = devices.iter().map(|d| d.limits().key_bytes_max).min();
         let value_max = devices.iter().map(|d| d.limits().value_bytes_max).min();
         let key_bytes_max = key_max.unwrap_or(0).saturating_sub(KEY_OVERHEAD_BYTES);
@@ -192,7 +192,7 @@ impl Manager {
             version: AtomicU64::new(start),
             key_bytes_max,
             piece_payload_max,
-            sync_groups: (0..layout_devices).map(|_| SyncGroup::default()).collect(),
+            sync_groups: (0..device_count).map(|_| SyncGroup::default()).collect(),
         });
         Ok(Manager { inner })
     }
