@@ -192,15 +192,50 @@ fn encode_identity(id: &Identity) -> Vec<u8> {
     bytes
 }
 
+/// Decodes [`encode_identity`]'s bytes. A record of the first release, bare JSON with no
+/// checksum, is still accepted (the open stamps it anew, with one); JSON followed by a checksum
+/// never parses as bare JSON, so a damaged new record is not taken for an old one.
 fn decode_identity(bytes: &[u8]) -> std::result::Result<Identity, String> {
     let Some(json_len) = bytes.len().checked_sub(4) else {
         return Err("an identity record shorter than its checksum".into());
     };
     let (json, crc) = bytes.split_at(json_len);
     if crc32c::crc32c(json).to_le_bytes() != crc {
-        return Err("an identity record whose checksum does not match".into());
+        return serde_json::from_slice(bytes)
+            .map_err(|_| "an identity record whose checksum does not match".into());
     }
     serde_json::from_slice(json).map_err(|e| format!("a malformed identity record: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_records_round_trip_refuse_damage_and_accept_the_unchecksummed_format() {
+        let id = Identity {
+            format: FORMAT,
+            array_id: "a".repeat(32),
+            index: 3,
+            device_id: "d".repeat(32),
+            epoch: 7,
+        };
+        let bytes = encode_identity(&id);
+        assert_eq!(decode_identity(&bytes).unwrap(), id);
+        for i in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut bad = bytes.clone();
+                bad[i] ^= 1 << bit;
+                assert!(
+                    decode_identity(&bad).is_err(),
+                    "flip at byte {i} bit {bit} accepted"
+                );
+            }
+        }
+        let legacy = serde_json::to_vec(&id).unwrap();
+        assert_eq!(decode_identity(&legacy).unwrap(), id);
+        assert!(decode_identity(b"{}").is_err());
+    }
 }
 
 async fn read_identity(dev: &dyn Device) -> std::result::Result<Option<Identity>, String> {
