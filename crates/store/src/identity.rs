@@ -207,37 +207,6 @@ fn decode_identity(bytes: &[u8]) -> std::result::Result<Identity, String> {
     serde_json::from_slice(json).map_err(|e| format!("a malformed identity record: {e}"))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn identity_records_round_trip_refuse_damage_and_accept_the_unchecksummed_format() {
-        let id = Identity {
-            format: FORMAT,
-            array_id: "a".repeat(32),
-            index: 3,
-            device_id: "d".repeat(32),
-            epoch: 7,
-        };
-        let bytes = encode_identity(&id);
-        assert_eq!(decode_identity(&bytes).unwrap(), id);
-        for i in 0..bytes.len() {
-            for bit in 0..8 {
-                let mut bad = bytes.clone();
-                bad[i] ^= 1 << bit;
-                assert!(
-                    decode_identity(&bad).is_err(),
-                    "flip at byte {i} bit {bit} accepted"
-                );
-            }
-        }
-        let legacy = serde_json::to_vec(&id).unwrap();
-        assert_eq!(decode_identity(&legacy).unwrap(), id);
-        assert!(decode_identity(b"{}").is_err());
-    }
-}
-
 async fn read_identity(dev: &dyn Device) -> std::result::Result<Option<Identity>, String> {
     match dev.retrieve(&IDENTITY_KEY, ReadRange::ALL).await {
         Ok(r) => decode_identity(&r.value).map(Some),
@@ -463,5 +432,36 @@ impl ArrayIdentity {
             identity: Arc::new(identity),
             not_current,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_records_round_trip_refuse_damage_and_accept_the_unchecksummed_format() {
+        let id = Identity {
+            format: FORMAT,
+            array_id: "a".repeat(32),
+            index: 3,
+            device_id: "d".repeat(32),
+            epoch: 7,
+        };
+        let bytes = encode_identity(&id);
+        assert_eq!(decode_identity(&bytes).unwrap(), id);
+        for i in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut bad = bytes.clone();
+                bad[i] ^= 1 << bit;
+                assert!(
+                    decode_identity(&bad).is_err(),
+                    "flip at byte {i} bit {bit} accepted"
+                );
+            }
+        }
+        let legacy = serde_json::to_vec(&id).unwrap();
+        assert_eq!(decode_identity(&legacy).unwrap(), id);
+        assert!(decode_identity(b"{}").is_err());
     }
 }
