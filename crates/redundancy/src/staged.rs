@@ -15,7 +15,7 @@
 //! a scrub finds them.
 
 use crate::error::Result;
-use crate::format::{parse_device_key, staged_key, DeviceKey, PieceHeader, PieceKind};
+use crate::format::{parse_device_key, staged_key, DeviceKey, PieceHeader};
 use crate::manager::{Inner, Piece, SegmentHead, SegmentScan};
 use crate::mechanism::Mechanism;
 use futures_util::future::join_all;
@@ -122,11 +122,7 @@ impl Inner {
                             continue;
                         };
                         if let Ok((h, payload)) = PieceHeader::decode(&bytes) {
-                            // As in place: a shard or copy sits at its own index, a packed
-                            // member or pointer names its set slot instead.
-                            let at_pos = h.index as usize == pos
-                                || matches!(h.kind, PieceKind::Member | PieceKind::Pointer);
-                            if h.version == version && h.segment == 0 && at_pos {
+                            if h.version == version && h.segment == 0 && h.index as usize == pos {
                                 pieces.push((
                                     pos,
                                     Piece {

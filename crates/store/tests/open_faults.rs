@@ -31,6 +31,16 @@ fn config(dir: &Path) -> StoreConfig {
     c
 }
 
+/// Every object protected by `mechanism`, without separation.
+fn config_of_one_mechanism(dir: &Path, mechanism: &str) -> StoreConfig {
+    let mut c = config(dir);
+    c.separation = None;
+    c.manager.policy = railstore_redundancy::Policy::Standalone(
+        railstore_redundancy::Mechanism::parse(mechanism).unwrap(),
+    );
+    c
+}
+
 fn disks() -> Vec<Arc<MemDevice>> {
     (0..DEVICES)
         .map(|_| Arc::new(MemDevice::new(MemConfig::default()).unwrap()))
@@ -200,11 +210,7 @@ async fn a_flipped_bit_in_one_identity_record_takes_only_that_device_out_of_serv
 async fn an_unreadable_record_does_not_stop_the_open() {
     let dir = tempfile::tempdir().unwrap();
     let disks = disks();
-    let mut cfg = config(dir.path());
-    cfg.separation = None;
-    cfg.manager.policy = railstore_redundancy::Policy::Standalone(
-        railstore_redundancy::Mechanism::parse("split3+3").unwrap(),
-    );
+    let cfg = config_of_one_mechanism(dir.path(), "split3+3");
     populated_with(cfg.clone(), &disks).await;
     // One object record keeps two pieces in service: device 0 is gone, and three others lost
     // theirs.
@@ -237,11 +243,7 @@ async fn an_unreadable_record_does_not_stop_the_open() {
 async fn an_unclean_open_makes_its_repairs_durable() {
     let dir = tempfile::tempdir().unwrap();
     let disks = disks();
-    let mut cfg = config(dir.path());
-    cfg.separation = None;
-    cfg.manager.policy = railstore_redundancy::Policy::Standalone(
-        railstore_redundancy::Mechanism::parse("rep3").unwrap(),
-    );
+    let cfg = config_of_one_mechanism(dir.path(), "rep3");
     let volatile = || -> Vec<Arc<FaultyDevice>> {
         disks
             .iter()
