@@ -264,14 +264,13 @@ impl Inner {
             // Neither was acknowledged as durable, so the object reads as absent.
             return Ok(None);
         }
-        if want.is_none()
-            && self.decodable_versions(&scan).is_empty()
-            && self.damage_tolerated(&scan)
-        {
-            // An acknowledged version landed on every position in service when it was written
-            // (a device that missed it left service), so with no more positions damaged than
-            // its mechanism tolerates it still has enough readable pieces. None has: what is
-            // there is a write that never completed, and the object reads as absent.
+        if want.is_none() && self.damage_tolerated(&scan) {
+            // No version decoded (a packed pointer may name a set that cannot). An acknowledged
+            // version landed on every position in service when it was written (a device that
+            // missed it left service), and its packing set on every device of the group, so
+            // with no more damage than its mechanism tolerates it would still decode. None
+            // does: what is there is a write that never completed, and the object reads as
+            // absent.
             return Ok(None);
         }
         Err(RedundancyError::Lost {
@@ -286,18 +285,45 @@ impl Inner {
         })
     }
 
+    /// Segments 1.. of the object whose segment 0 resolved to `first`, the careful way.
+    pub(crate) async fn later_segments(
+        &self,
+        key: &[u8],
+        place: &Placement<'_>,
+        first: &Resolved,
+    ) -> Result<Vec<Resolved>> {
+        let mut later = Vec::new();
+        for s in 1..first.segment_count {
+            match self
+                .slow_segment(key, s, place, Some(first.version))
+                .await?
+            {
+                Some(r) => later.push(r),
+                None => {
+                    return Err(RedundancyError::Lost {
+                        key: key.to_vec(),
+                        detail: format!("segment {s} of version {} cannot be read", first.version),
+                    })
+                }
+            }
+        }
+        Ok(later)
+    }
+
     /// Whether the positions `scan` could not use (unreadable, corrupt, being rebuilt) are
-    /// within the tolerance of every mechanism its pieces were written with.
+    /// within the tolerance of every mechanism its pieces were written with. A packed object
+    /// also depends on its set, which may span every device of the group.
     fn damage_tolerated(&self, scan: &SegmentScan) -> bool {
         let damaged = |pos: usize| {
             scan.unreadable[pos] || scan.corrupt[pos] || self.io.is_rebuilding(scan.devices[pos])
         };
         scan.pieces.iter().flatten().all(|p| {
             mechanism_of(&p.header).is_some_and(|mech| {
-                (0..mech.pieces().min(scan.devices.len()))
-                    .filter(|&pos| damaged(pos))
-                    .count()
-                    <= mech.tolerance()
+                let positions = match mech {
+                    Mechanism::Pack { .. } => scan.devices.len(),
+                    _ => mech.pieces().min(scan.devices.len()),
+                };
+                (0..positions).filter(|&pos| damaged(pos)).count() <= mech.tolerance()
             })
         })
     }

@@ -78,6 +78,18 @@ pub(crate) struct Resolved {
     pub data: Vec<u8>,
 }
 
+impl Resolved {
+    /// What the object whose segment 0 this is looks like.
+    pub(crate) fn meta(&self) -> ObjectMeta {
+        ObjectMeta {
+            mechanism: self.mechanism,
+            version: self.version,
+            len: self.object_len,
+            segments: self.segment_count,
+        }
+    }
+}
+
 /// Segment 0 of an object as a put or delete in progress leaves it.
 #[derive(Clone)]
 enum Writing {
@@ -259,59 +271,7 @@ impl Manager {
             }
             _ => {}
         }
-        if let Some(p) = &prev {
-            if matches!(p.mechanism, Mechanism::Pack { .. }) {
-                inner.retire_packed(key, p).await;
-            }
-        }
-        let version = inner.next_version();
-        let seg_bytes = inner.segment_bytes(mech);
-        let segments = value.len().div_ceil(seg_bytes).max(1);
-        let segments_u32 = u32::try_from(segments)
-            .map_err(|_| RedundancyError::Config("object needs too many segments".into()))?;
-        let place = inner.layout.place(key);
-        // Later segments first, under keys of their own version, and durable before segment 0
-        // names them: a crash leaves either the old object whole or the new one whole.
-        for s in (1..segments).chain([0]) {
-            let data =
-                &value[(s * seg_bytes).min(value.len())..((s + 1) * seg_bytes).min(value.len())];
-            let head = SegmentHead {
-                segment: s as u32,
-                segment_count: segments_u32,
-                object_len: value.len() as u64,
-                version,
-            };
-            let _writing = (s == 0).then(|| {
-                let resolved = Resolved {
-                    mechanism: mech,
-                    version,
-                    object_len: value.len() as u64,
-                    segment_count: segments_u32,
-                    set: None,
-                    data: data.to_vec(),
-                };
-                inner.writing(key, Writing::Put(resolved))
-            });
-            inner
-                .write_segment(key, &place, mech, head, data, prev.is_some())
-                .await?;
-            if s + 1 == segments && segments > 1 {
-                inner.sync_positions(&place, mech.pieces()).await?;
-            }
-        }
-        if let Some(p) = &prev {
-            inner.defer_leftovers(key, &place, p, mech).await?;
-        }
-        inner.remember(
-            key,
-            ObjectMeta {
-                mechanism: mech,
-                version,
-                len: value.len() as u64,
-                segments: segments_u32,
-            },
-        );
-        Ok(())
+        inner.write_object(key, value, mech, prev.as_ref()).await
     }
 
     /// Reads `range` of the object under `key`; returns the bytes and the object's length.
@@ -394,15 +354,7 @@ impl Manager {
             });
         }
         if from_devices {
-            inner.remember(
-                key,
-                ObjectMeta {
-                    mechanism: first.mechanism,
-                    version: first.version,
-                    len: first.object_len,
-                    segments: first.segment_count,
-                },
-            );
+            inner.remember(key, first.meta());
         }
         Ok((out, first.object_len))
     }
@@ -421,30 +373,16 @@ impl Manager {
             inner.forget(key);
             return Err(RedundancyError::NotFound { key: key.to_vec() });
         };
-        let mut out = first.data.clone();
-        for s in 1..first.segment_count {
-            match inner
-                .slow_segment(key, s, &place, Some(first.version))
-                .await?
-            {
-                Some(r) => out.extend_from_slice(&r.data),
-                None => {
-                    return Err(RedundancyError::Lost {
-                        key: key.to_vec(),
-                        detail: format!("segment {s} of version {} cannot be read", first.version),
-                    })
-                }
-            }
+        let later = inner.later_segments(key, &place, &first).await?;
+        let segments: Vec<&Resolved> = std::iter::once(&first).chain(&later).collect();
+        let rewritten = inner.secure_packed(key, &place, &segments).await?;
+        let out: Vec<u8> = segments
+            .iter()
+            .flat_map(|r| r.data.iter().copied())
+            .collect();
+        if !rewritten {
+            inner.remember(key, first.meta());
         }
-        inner.remember(
-            key,
-            ObjectMeta {
-                mechanism: first.mechanism,
-                version: first.version,
-                len: first.object_len,
-                segments: first.segment_count,
-            },
-        );
         Ok((out, first.object_len))
     }
 
@@ -598,6 +536,74 @@ impl Inner {
         self.locks[h % KEY_LOCK_STRIPES].lock().await
     }
 
+    /// Writes `value` under `key` as a new version with `mech`, replacing `prev` (what the key
+    /// held). The caller holds the key's lock.
+    pub(crate) async fn write_object(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        mech: Mechanism,
+        prev: Option<&ObjectMeta>,
+    ) -> Result<()> {
+        if let Some(p) = prev {
+            if matches!(p.mechanism, Mechanism::Pack { .. }) {
+                self.retire_packed(key, p).await;
+            }
+        }
+        let version = self.next_version();
+        let seg_bytes = self.segment_bytes(mech);
+        let segments = value.len().div_ceil(seg_bytes).max(1);
+        let segments_u32 = u32::try_from(segments)
+            .map_err(|_| RedundancyError::Config("object needs too many segments".into()))?;
+        let place = self.layout.place(key);
+        // Later segments first, under keys of their own version, and durable before segment 0
+        // names them: a crash leaves either the old object whole or the new one whole.
+        for s in (1..segments).chain([0]) {
+            let data =
+                &value[(s * seg_bytes).min(value.len())..((s + 1) * seg_bytes).min(value.len())];
+            let head = SegmentHead {
+                segment: s as u32,
+                segment_count: segments_u32,
+                object_len: value.len() as u64,
+                version,
+            };
+            let _writing = (s == 0).then(|| {
+                let resolved = Resolved {
+                    mechanism: mech,
+                    version,
+                    object_len: value.len() as u64,
+                    segment_count: segments_u32,
+                    set: None,
+                    data: data.to_vec(),
+                };
+                self.writing(key, Writing::Put(resolved))
+            });
+            self.write_segment(key, &place, mech, head, data, prev.is_some())
+                .await?;
+            if s + 1 == segments && segments > 1 {
+                // A packing set spans the whole group (parity goes to free colours).
+                let positions = match mech {
+                    Mechanism::Pack { .. } => self.layout.width(),
+                    _ => mech.pieces(),
+                };
+                self.sync_positions(&place, positions).await?;
+            }
+        }
+        if let Some(p) = prev {
+            self.defer_leftovers(key, &place, p, mech).await?;
+        }
+        self.remember(
+            key,
+            ObjectMeta {
+                mechanism: mech,
+                version,
+                len: value.len() as u64,
+                segments: segments_u32,
+            },
+        );
+        Ok(())
+    }
+
     pub(crate) fn next_version(&self) -> u64 {
         self.version.fetch_add(1, Ordering::SeqCst) + 1
     }
@@ -711,12 +717,7 @@ impl Inner {
         Ok(self
             .slow_segment(key, 0, &place, None)
             .await?
-            .map(|r| ObjectMeta {
-                mechanism: r.mechanism,
-                version: r.version,
-                len: r.object_len,
-                segments: r.segment_count,
-            }))
+            .map(|r| r.meta()))
     }
 
     /// The pieces of one segment under `mech`, as (placement position, stored value).
@@ -806,7 +807,13 @@ impl Inner {
         overwrite: bool,
     ) -> Result<()> {
         if let Mechanism::Pack { .. } = mech {
-            return self.packer.submit(key, place, mech, head, data).await;
+            // An overwrite in a degraded group may have only the old pointers to find the old
+            // version by (its member's device out): they go once the new set is durable.
+            let set_first = overwrite && head.segment == 0 && self.degraded(place, mech);
+            return self
+                .packer
+                .submit(key, place, mech, head, data, set_first)
+                .await;
         }
         let pieces = self.pieces_of(mech, head, data, None, None)?;
         let staged = head.segment == 0 && overwrite && self.must_stage(place, mech);

@@ -11,7 +11,7 @@ use crate::format::{
     segment_key, set_key, PieceHeader, PieceKind, SetDescriptor, SetMember, TAG_DEAD, TAG_PARITY,
     TAG_SET,
 };
-use crate::manager::{Inner, ObjectMeta, SegmentHead};
+use crate::manager::{Inner, ObjectMeta, Resolved, SegmentHead};
 use crate::mechanism::Mechanism;
 use futures_util::future::join_all;
 use railstore_placement::Placement;
@@ -29,6 +29,9 @@ struct Pending {
     pointer_devices: Vec<usize>,
     head: SegmentHead,
     data: Vec<u8>,
+    /// It replaces an older version's pointers that may be the only way to that version:
+    /// they are replaced once the new set is durable.
+    set_first: bool,
     queued: Instant,
     done: oneshot::Sender<Result<()>>,
 }
@@ -61,7 +64,8 @@ impl Packer {
         }
     }
 
-    /// Queues one segment and waits until its set is written.
+    /// Queues one segment and waits until its set is written. `set_first`: its pointers replace
+    /// an older version's only once the set is durable.
     pub(crate) async fn submit(
         &self,
         key: &[u8],
@@ -69,6 +73,7 @@ impl Packer {
         mech: Mechanism,
         head: SegmentHead,
         data: &[u8],
+        set_first: bool,
     ) -> Result<()> {
         let Mechanism::Pack { m, .. } = mech else {
             unreachable!("packer given {mech}")
@@ -96,6 +101,7 @@ impl Packer {
                 pointer_devices: (1..=m as usize).map(|i| place.device(i)).collect(),
                 head,
                 data: data.to_vec(),
+                set_first,
                 queued: Instant::now(),
                 done,
             },
@@ -288,7 +294,10 @@ async fn write_set(
     let result = async {
         let parity = compute_parity(inner, &desc, members.iter().map(|p| p.data.as_slice()))?;
         let desc_bytes = desc.encode();
-        let mut writes: Vec<(usize, Vec<u8>, Vec<u8>)> = Vec::new();
+        // Members, parity and descriptors first; pointers, which name the set from the
+        // object's other positions, second.
+        let mut first: Vec<(usize, Vec<u8>, Vec<u8>)> = Vec::new();
+        let mut pointers: Vec<(usize, Vec<u8>, Vec<u8>)> = Vec::new();
         for (slot, p) in members.iter().enumerate() {
             let pieces = inner.pieces_of(
                 mech,
@@ -299,17 +308,16 @@ async fn write_set(
             )?;
             let skey = segment_key(&p.key, p.head.segment, p.head.version);
             for (pos, bytes) in pieces {
-                let d = if pos == 0 {
-                    p.device
+                if pos == 0 {
+                    first.push((p.device, skey.clone(), bytes));
                 } else {
-                    p.pointer_devices[pos - 1]
-                };
-                writes.push((d, skey.clone(), bytes));
+                    pointers.push((p.pointer_devices[pos - 1], skey.clone(), bytes));
+                }
             }
         }
         for (j, par) in parity.iter().enumerate() {
             let h = set_piece(PieceKind::Parity, &desc, j as u8, set, par.len());
-            writes.push((
+            first.push((
                 desc.parity_devices[j] as usize,
                 set_key(TAG_PARITY, set, j as u8),
                 h.encode(par),
@@ -317,23 +325,45 @@ async fn write_set(
         }
         for &d in &desc.descriptor_devices {
             let h = set_piece(PieceKind::SetDescriptor, &desc, 0, set, desc_bytes.len());
-            writes.push((d as usize, set_key(TAG_SET, set, 0), h.encode(&desc_bytes)));
+            first.push((d as usize, set_key(TAG_SET, set, 0), h.encode(&desc_bytes)));
         }
-        let res = join_all(
-            writes
+        let store_all = |writes: Vec<(usize, Vec<u8>, Vec<u8>)>| async move {
+            join_all(
+                writes
+                    .into_iter()
+                    .map(|(d, key, v)| async move { (d, inner.io.store(d, &key, &v).await) }),
+            )
+            .await
+        };
+        let mut res = if members.iter().any(|p| p.set_first) {
+            // An overwrite in a degraded group replaces the old version's pointers in place,
+            // and with the member's device out they are the only way to the old version: once
+            // a new one can be found the set it names must be durable, or a crash could leave
+            // neither version readable (the old pointers gone, the new set incomplete). In a
+            // whole group the old member stays in place until the new one lands.
+            let mut res = store_all(first).await;
+            let mut landed: Vec<usize> = res
                 .iter()
-                .map(|(d, key, v)| async move { (*d, inner.io.store(*d, key, v).await) }),
-        )
-        .await;
+                .filter(|(_, r)| r.is_ok())
+                .map(|(d, _)| *d)
+                .collect();
+            landed.sort_unstable();
+            landed.dedup();
+            inner.sync_shared(landed.into_iter()).await?;
+            res.extend(store_all(pointers).await);
+            res
+        } else {
+            first.extend(pointers);
+            store_all(first).await
+        };
+        res.sort_by_key(|(d, _)| *d);
         let mut devices: Vec<usize> = res.iter().map(|(d, _)| *d).collect();
-        devices.sort_unstable();
         devices.dedup();
         let mut failed: Vec<usize> = res
             .iter()
             .filter(|(_, r)| r.is_err())
             .map(|(d, _)| *d)
             .collect();
-        failed.sort_unstable();
         failed.dedup();
         if failed.len() > m as usize {
             return Err(RedundancyError::WriteFailed {
@@ -611,6 +641,54 @@ impl Inner {
                 }
             }
         }
+    }
+
+    /// Makes sure the sets a packed object's segments live in can rebuild them, healing what
+    /// they lack (parity, descriptor copies); when one cannot be completed, writes the object
+    /// anew as a new version in new sets. A put that a crash cut can leave a member in place
+    /// whose set never got its parity: the read that rolls it forward finds the member whole,
+    /// yet it is its only copy, and losing that device within tolerance would lose it. The
+    /// caller holds the key's lock; `segments` are the object's resolved segments, in order.
+    /// `Ok(true)`: the object was written anew (and the metadata cache holds its new version).
+    pub(crate) async fn secure_packed(
+        &self,
+        key: &[u8],
+        place: &Placement<'_>,
+        segments: &[&Resolved],
+    ) -> Result<bool> {
+        let Some(first) = segments.first() else {
+            return Ok(false);
+        };
+        if first.set.is_none() {
+            return Ok(false);
+        }
+        let mut sound = true;
+        for set in segments.iter().filter_map(|r| r.set.map(|(set, _)| set)) {
+            let healed = match self.find_descriptor(set, place.devices()).await {
+                Some((desc, _)) => self.heal_set(set, &desc).await.ok(),
+                None => None,
+            };
+            if !matches!(healed, Some((_, false, false))) {
+                sound = false;
+                break;
+            }
+        }
+        if sound {
+            return Ok(false);
+        }
+        let value: Vec<u8> = segments
+            .iter()
+            .flat_map(|r| r.data.iter().copied())
+            .collect();
+        let prev = first.meta();
+        tracing::info!(
+            key = %String::from_utf8_lossy(key),
+            version = first.version,
+            "a packing set of this object cannot be completed: writing it anew"
+        );
+        self.write_object(key, &value, first.mechanism, Some(&prev))
+            .await?;
+        Ok(true)
     }
 
     /// Finds a valid descriptor copy of `set` among `devices`.

@@ -3,7 +3,7 @@
 
 use crate::error::{RedundancyError, Result};
 use crate::format::{parse_device_key, segment_key, DeviceKey, PieceHeader, PieceKind};
-use crate::manager::{Inner, Manager, SegmentHead};
+use crate::manager::{Inner, Manager, Resolved, SegmentHead};
 use futures_util::stream::{self, StreamExt};
 use railstore_device::{Device, IterRequest};
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -302,6 +302,11 @@ impl Inner {
             }
         }
         self.defer_deletes(staged_current).await?;
+        if let Some(first) = found.as_ref().filter(|r| r.set.is_some()) {
+            let rest = self.later_segments(key, &place, first).await?;
+            let segments: Vec<&Resolved> = std::iter::once(first).chain(&rest).collect();
+            self.secure_packed(key, &place, &segments).await?;
+        }
         if found.is_none() {
             // Leftovers of an incomplete write or delete: roll it back (or forward) to absent.
             self.forget(key);

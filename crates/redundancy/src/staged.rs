@@ -33,8 +33,12 @@ impl Inner {
     /// would cost a sync each (docs/benchmarks/kv.md). Copies and hashing need only one piece
     /// of a version.
     pub(crate) fn must_stage(&self, place: &Placement<'_>, mech: Mechanism) -> bool {
-        matches!(mech, Mechanism::Split { .. })
-            && (0..mech.pieces()).any(|pos| self.io.is_failed(place.device(pos)))
+        matches!(mech, Mechanism::Split { .. }) && self.degraded(place, mech)
+    }
+
+    /// Whether a device holding one of `mech`'s positions of this placement is out of service.
+    pub(crate) fn degraded(&self, place: &Placement<'_>, mech: Mechanism) -> bool {
+        (0..mech.pieces()).any(|pos| self.io.is_failed(place.device(pos)))
     }
 
     /// Stores the new version's segment-0 pieces under their staged key, durably.

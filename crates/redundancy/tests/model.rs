@@ -8,9 +8,10 @@ use railstore_device::{
     iterate_all, Device, FaultConfig, FaultyDevice, Limits, MemConfig, MemDevice, ReadRange,
     StoreMode,
 };
-use railstore_redundancy::format::{staged_key, PieceHeader};
+use railstore_redundancy::format::{staged_key, PieceHeader, PieceKind, TAG_PARITY, TAG_SET};
 use railstore_redundancy::{
     Manager, ManagerConfig, Mechanism, Policy, RedundancyError, RepairOptions, RepairProgress,
+    RepairReport,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -83,6 +84,16 @@ fn policies() -> Vec<(&'static str, Policy)> {
             },
         ),
     ]
+}
+
+/// A scrub with the default options; it must complete.
+async fn scrub(m: &Manager) -> RepairReport {
+    m.scrub(
+        RepairOptions::default(),
+        Arc::new(RepairProgress::default()),
+    )
+    .await
+    .unwrap()
 }
 
 async fn open(a: &Array, policy: Policy) -> Manager {
@@ -403,13 +414,7 @@ async fn reads_heal_faults_within_tolerance_and_never_return_wrong_data_beyond()
         let fresh = open(&a, policy.clone()).await;
         check_all(&fresh, &model, &format!("{name} with corrupt pieces")).await;
         // Reads verify what they read; scrub finds the copies no read touched.
-        let report = fresh
-            .scrub(
-                RepairOptions::default(),
-                Arc::new(RepairProgress::default()),
-            )
-            .await
-            .unwrap();
+        let report = scrub(&fresh).await;
         assert!(report.objects_lost.is_empty(), "{name}: {report:?}");
         for (d, dkey) in &hit {
             if let Ok(r) = a.mems[*d].retrieve(dkey, ReadRange::ALL).await {
@@ -477,12 +482,7 @@ async fn rebuild_regenerates_exactly_what_the_lost_device_held() {
             random_ops(&m, &mut model, &mut rng, 300, seed).await;
             // Scrub first so sets whose members are all dead are gone: a rebuild regenerates live
             // data only.
-            m.scrub(
-                RepairOptions::default(),
-                Arc::new(RepairProgress::default()),
-            )
-            .await
-            .unwrap();
+            scrub(&m).await;
             // Pieces scrub found outside their object's mechanism go once the next sync is done.
             m.sync().await.unwrap();
             let victim = 1;
@@ -602,6 +602,137 @@ async fn a_device_is_rebuilt_while_another_is_still_failed() {
     }
 }
 
+/// What a crash can leave of a packed put: its member in place (with that device's descriptor
+/// copy), but no pointer and no parity. The recovery that shows the object (the careful read of
+/// an unclean start, or a scrub) must make it whole: losing the member's device afterwards,
+/// within the tolerance, must not lose it (simulator bug SIM-8).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_packed_member_whose_set_never_landed_is_made_whole_by_recovery() {
+    for recovery in ["careful read", "scrub"] {
+        let mems: Vec<Arc<MemDevice>> = (0..6).map(|_| mem()).collect();
+        let faulty: Vec<Arc<FaultyDevice>> = mems
+            .iter()
+            .map(|m| Arc::new(FaultyDevice::new(m.clone(), FaultConfig::default())))
+            .collect();
+        let a = Array { mems, faulty };
+        let cfg = config(Policy::Standalone(Mechanism::parse("pack3+3").unwrap()));
+        let value = vec![7u8; 1000];
+        let m = open_with(&a, cfg.clone()).await;
+        m.put(b"k", &value, StoreMode::Upsert, None).await.unwrap();
+        m.sync().await.unwrap();
+        drop(m);
+        let mut member_device = None;
+        for (i, mem) in a.mems.iter().enumerate() {
+            for (key, v) in contents(mem).await {
+                let Ok((h, _)) = PieceHeader::decode(&v) else {
+                    continue;
+                };
+                let keep = match h.kind {
+                    PieceKind::Member => {
+                        member_device = Some(i);
+                        true
+                    }
+                    PieceKind::SetDescriptor => key[0] == TAG_SET && mem_has_member(mem).await,
+                    _ => false,
+                };
+                if !keep {
+                    assert!(
+                        h.kind == PieceKind::Pointer || key[0] == TAG_PARITY || key[0] == TAG_SET
+                    );
+                    mem.delete(&key, true).await.unwrap();
+                }
+            }
+        }
+        let member_device = member_device.expect("the member is stored");
+        let m = open_with(&a, cfg.clone()).await;
+        match recovery {
+            "careful read" => {
+                assert_eq!(m.get_resolved(b"k").await.unwrap().0, value);
+            }
+            _ => {
+                let report = scrub(&m).await;
+                assert!(report.objects_lost.is_empty(), "{report:?}");
+                assert_eq!(m.get(b"k", ReadRange::ALL).await.unwrap().0, value);
+            }
+        }
+        m.sync().await.unwrap();
+        a.faulty[member_device].fail_stop();
+        m.devices().mark_failed(member_device);
+        match m.get(b"k", ReadRange::ALL).await {
+            Ok((v, _)) => assert_eq!(v, value, "{recovery}"),
+            Err(e) => panic!("{recovery}: the object is lost with its member's device: {e}"),
+        }
+    }
+}
+
+/// An overwrite of a packed object whose member's device is out of service: the old version
+/// is reachable only through its pointers, which the new ones replace in place. If the new
+/// pointers become durable (another writer's sync of their devices) and power fails before the
+/// new set's parity is, neither version may be left (simulator bug SIM-10). The new set is made
+/// durable before any pointer is replaced. (pack3+1 on four devices: a one-member set's parity
+/// then sits on another device than its pointer.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_degraded_packed_overwrite_makes_its_set_durable_before_its_pointers() {
+    let mems: Vec<Arc<MemDevice>> = (0..4).map(|_| mem()).collect();
+    let faulty: Vec<Arc<FaultyDevice>> = mems
+        .iter()
+        .map(|m| {
+            Arc::new(FaultyDevice::new(
+                m.clone(),
+                FaultConfig {
+                    volatile_writes: true,
+                    ..FaultConfig::default()
+                },
+            ))
+        })
+        .collect();
+    let a = Array { mems, faulty };
+    let cfg = config(Policy::Standalone(Mechanism::parse("pack3+1").unwrap()));
+    let m = open_with(&a, cfg.clone()).await;
+    let old = vec![1u8; 1000];
+    m.put(b"k", &old, StoreMode::Upsert, None).await.unwrap();
+    m.sync().await.unwrap();
+    let mut member_device = None;
+    let mut pointer_devices = Vec::new();
+    for (i, mem) in a.mems.iter().enumerate() {
+        if let Ok(r) = mem.retrieve(b"ok", ReadRange::ALL).await {
+            match PieceHeader::decode(&r.value).unwrap().0.kind {
+                PieceKind::Member => member_device = Some(i),
+                _ => pointer_devices.push(i),
+            }
+        }
+    }
+    let member_device = member_device.unwrap();
+    assert_eq!(pointer_devices.len(), 1);
+    a.faulty[member_device].fail_stop();
+    m.devices().mark_failed(member_device);
+    let new = vec![2u8; 900];
+    m.put(b"k", &new, StoreMode::Upsert, None).await.unwrap();
+    // Another writer's sync reaches the pointers' devices only; then power fails.
+    for &d in &pointer_devices {
+        a.faulty[d].sync().await.unwrap();
+    }
+    drop(m);
+    for f in &a.faulty {
+        f.crash().await;
+        f.restart().await;
+    }
+    let m = open_with(&a, cfg).await;
+    m.devices().mark_failed(member_device);
+    let got = match m.get(b"k", ReadRange::ALL).await {
+        Ok((v, _)) => v,
+        Err(e) => panic!("neither version of the overwritten object reads back: {e}"),
+    };
+    assert!(got == old || got == new, "{} bytes", got.len());
+}
+
+async fn mem_has_member(mem: &MemDevice) -> bool {
+    match mem.retrieve(b"ok", ReadRange::ALL).await {
+        Ok(r) => PieceHeader::decode(&r.value).is_ok_and(|(h, _)| h.kind == PieceKind::Member),
+        Err(_) => false,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn packing_updates_keep_old_sets_decodable_and_scrub_reclaims_dead_sets() {
     let a = array(6, 5);
@@ -638,13 +769,7 @@ async fn packing_updates_keep_old_sets_decodable_and_scrub_reclaims_dead_sets() 
     a.faulty[3].fail_stop();
     let fresh = open(&a, pack.clone()).await;
     check_all(&fresh, &model, "pack after updates with a device lost").await;
-    let report = fresh
-        .scrub(
-            RepairOptions::default(),
-            Arc::new(RepairProgress::default()),
-        )
-        .await
-        .unwrap();
+    let report = scrub(&fresh).await;
     assert!(
         report.objects_lost.is_empty() && report.sets_lost == 0,
         "{report:?}"
@@ -663,13 +788,7 @@ async fn packing_updates_keep_old_sets_decodable_and_scrub_reclaims_dead_sets() 
     for k in model.keys() {
         m.delete(k).await.unwrap();
     }
-    let report = m
-        .scrub(
-            RepairOptions::default(),
-            Arc::new(RepairProgress::default()),
-        )
-        .await
-        .unwrap();
+    let report = scrub(&m).await;
     assert!(report.sets_reclaimed > 0, "{report:?}");
     for (i, d) in a.mems.iter().enumerate() {
         let d = if i == 3 { &replacement } else { d };

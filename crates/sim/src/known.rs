@@ -50,77 +50,22 @@ pub struct KnownBug {
 }
 
 /// The known bugs, most specific first (a problem counts under the first that matches).
-pub static KNOWN_BUGS: &[KnownBug] = &[
-    KnownBug {
-        id: "SIM-8",
-        summary: "pack3+3: an object whose put a crash cut off, and that the next open shows \
-                  (rolled forward), is not made whole, by the open or by a scrub: later it becomes \
-                  unreadable or vanishes, after devices are lost within tolerance (a fail-stop, \
-                  stale devices returned, devices rebuilt) and, rarely, with no device fault at \
-                  all; the index can then describe (head, listing) an object whose read says \
-                  there is no such key ('its state was resolved by a restart', or a write cut by \
-                  a crash)",
-        matches: |k, w, c| {
-            let crash =
-                w.contains("resolved by a restart") || w.contains("of it was cut by a crash");
-            k == Kind::Data
-                && c.pack
-                && ((w.contains("resolved by a restart")
-                    && (w.contains("an acknowledged object is lost")
-                        || w.contains("cannot be read within tolerance")))
-                    || (crash
-                        && (w.contains("the description (head) disagrees with the read")
-                            || w.contains("listed but a read says there is no such key"))))
-        },
+pub static KNOWN_BUGS: &[KnownBug] = &[KnownBug {
+    id: "SIM-12",
+    summary: "split and packed objects: an overwrite cut by a crash while its group was \
+              whole, then devices lost within the tolerance before the next open repairs it: \
+              the old and the new version share the positions in place (a split survivor \
+              keeps only k shards; a packed object's old member may be the lost device's), \
+              and the loss takes the survivor with it (overwrites are staged, or their sets \
+              written first, only in degraded groups: doing it for every one costs a sync \
+              each)",
+    matches: |k, w, c| {
+        k == Kind::Data
+            && c.device_fault
+            && w.contains("an acknowledged object is lost")
+            && w.contains("an overwrite of it was cut by a crash")
     },
-    KnownBug {
-        id: "SIM-9",
-        summary: "pack3+3: a degraded read of a packed object fails within tolerance ('2 valid, \
-                  0 corrupt, 2 unreadable pieces; no version has enough') when the device \
-                  holding its member and one more device of its group are out of service",
-        matches: |k, w, c| {
-            k == Kind::Data
-                && c.pack
-                && c.device_fault
-                && w.contains("cannot be read within tolerance")
-                && w.contains("no version has enough")
-        },
-    },
-    KnownBug {
-        id: "SIM-10",
-        summary: "pack3+3: an overwrite cut by a crash loses the object, with or without \
-                  separation and with no device fault needed: after the restart neither the \
-                  acknowledged old version nor the new one reads back (no such key)",
-        matches: |k, w, c| {
-            k == Kind::Data
-                && c.pack
-                && w.contains("an acknowledged object is lost")
-                && w.contains("an overwrite of it was cut by a crash")
-        },
-    },
-    KnownBug {
-        id: "SIM-12",
-        summary: "split3+3: an overwrite cut by a crash while its group was whole, then devices \
-                  lost within the tolerance before the next open repairs it: the survivor kept \
-                  only k pieces in place, and losing one loses the object (overwrites are \
-                  staged only in degraded groups: staging every one costs a sync each)",
-        matches: |k, w, c| {
-            k == Kind::Data
-                && !c.pack
-                && c.device_fault
-                && w.contains("an acknowledged object is lost")
-                && w.contains("an overwrite of it was cut by a crash")
-        },
-    },
-    KnownBug {
-        id: "SIM-11",
-        summary: "pack3+3: with devices out of service up to the tolerance (wiped, stale, \
-                  flaky), a read returns an older version that an acknowledged put replaced",
-        matches: |k, w, c| {
-            k == Kind::Data && c.pack && c.device_fault && w.contains("reads an old version")
-        },
-    },
-];
+}];
 
 /// The known bug a problem is a symptom of, if any.
 pub fn classify(kind: Kind, what: &str, ctx: &Context) -> Option<&'static KnownBug> {
