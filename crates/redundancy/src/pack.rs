@@ -665,7 +665,7 @@ impl Inner {
         let mut sound = true;
         for set in segments.iter().filter_map(|r| r.set.map(|(set, _)| set)) {
             let healed = match self.find_descriptor(set, place.devices()).await {
-                Some((desc, _)) => self.heal_set(set, &desc).await.ok(),
+                Some((desc, _)) => self.heal_set(set, &desc, false).await.ok(),
                 None => None,
             };
             if !matches!(healed, Some((_, false, false))) {
@@ -715,13 +715,16 @@ impl Inner {
         None
     }
 
-    /// Checks and repairs one set: missing parity, descriptor copies and dead-member copies are
-    /// rewritten; a set with no live member left is deleted. Returns (pieces repaired, set
-    /// reclaimed, set lost).
+    /// Checks and repairs one set: missing parity and descriptor copies are rewritten, and with
+    /// `dead_copies` missing dead-member copies too; a set with no live member left is deleted.
+    /// Returns (pieces repaired, set reclaimed, set lost). Dead copies are restored only once
+    /// every object has been repaired (scrub and rebuild check sets last): until then a live
+    /// member missing from its device looks like a dead one.
     pub(crate) async fn heal_set(
         &self,
         set: u64,
         desc: &SetDescriptor,
+        dead_copies: bool,
     ) -> Result<(usize, bool, bool)> {
         let mut scan = self.scan_set(set, desc, false).await;
         if !scan.live.iter().any(|l| *l) {
@@ -762,7 +765,10 @@ impl Inner {
         for (slot, mem) in desc.members.iter().enumerate() {
             // A dead member whose copy is gone: put its bytes back so the set stays complete.
             // (A live member lost with its device is rewritten by the object's own repair.)
-            if !scan.live[slot] && !scan.dead_copy[slot] && !self.io.is_failed(mem.device as usize)
+            if dead_copies
+                && !scan.live[slot]
+                && !scan.dead_copy[slot]
+                && !self.io.is_failed(mem.device as usize)
             {
                 let data = scan.members[slot].as_ref().unwrap();
                 let h = PieceHeader {

@@ -420,6 +420,6 @@ impl Inner {
                 }
             }
         }
-        self.heal_set(set, &desc).await.ok()
+        self.heal_set(set, &desc, true).await.ok()
     }
 }
