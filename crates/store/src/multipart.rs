@@ -452,18 +452,27 @@ impl Store {
     pub async fn abort_multipart(&self, bucket: &str, key: &str, upload_id: &str) -> Result<()> {
         self.check_open()?;
         let (_, upload) = self.upload(bucket, key, upload_id)?;
-        let _op = upload.op.lock().await;
-        let _lock = self.lock(&upload_key(&upload.id)).await;
-        if upload.parts.lock().unwrap().closed {
+        if !self.abort_upload(bucket, &upload).await? {
             // Completed or aborted while this waited for the lock.
             return Err(StoreError::NoSuchUpload(upload_id.to_string()));
         }
-        let parts = self.close_upload(bucket, &upload).await;
+        Ok(())
+    }
+
+    /// Aborts `upload` of `bucket` (also while the bucket is being deleted); `Ok(false)` when
+    /// it was completed or aborted meanwhile.
+    pub(crate) async fn abort_upload(&self, bucket: &str, upload: &Upload) -> Result<bool> {
+        let _op = upload.op.lock().await;
+        let _lock = self.lock(&upload_key(&upload.id)).await;
+        if upload.parts.lock().unwrap().closed {
+            return Ok(false);
+        }
+        let parts = self.close_upload(bucket, upload).await;
         self.durable().await?;
         for p in parts {
             self.discard(p.chunks);
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Test hook: the next completion of the upload stops once it has picked the parts, until

@@ -339,18 +339,24 @@ impl Store {
     pub async fn delete_bucket(&self, name: &str) -> Result<()> {
         self.check_open()?;
         let _ops = self.inner.bucket_ops.lock().await;
-        {
+        let uploads: Vec<_> = {
             let mut st = self.inner.state.write().unwrap();
             let b = st
                 .buckets
                 .get_mut(name)
                 .ok_or_else(|| StoreError::NoSuchBucket(name.to_string()))?;
-            if !b.objects.is_empty() || !b.uploads.is_empty() {
+            if !b.objects.is_empty() {
                 return Err(StoreError::BucketNotEmpty(name.to_string()));
             }
+            // From here the bucket takes no new object, upload or part.
             b.deleting = true;
-        }
+            b.uploads.values().cloned().collect()
+        };
         let res = async {
+            // As S3 does: uploads still in progress are aborted with their bucket.
+            for upload in &uploads {
+                self.abort_upload(name, upload).await?;
+            }
             self.inner.manager.delete(&bucket_key(name)).await?;
             self.durable().await
         }
