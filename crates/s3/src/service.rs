@@ -149,7 +149,8 @@ macro_rules! listing_output {
             max_keys: Some($l.max as i32),
             is_truncated: Some($page.truncated),
             common_prefixes: common_prefixes(&$page.prefixes, &$l.enc),
-            delimiter: $l.enc.o($input.delimiter.as_ref()),
+            // An empty delimiter is no delimiter, and S3 does not echo it.
+            delimiter: $l.enc.o($input.delimiter.as_ref().filter(|d| !d.is_empty())),
             encoding_type: $l.enc.kind(),
             request_charged: None,
         }
@@ -342,28 +343,24 @@ struct Incoming {
     outcome: Outcome,
 }
 
-/// The store's precondition from a write's `If-Match` and `If-None-Match` headers: S3 takes an
-/// ETag in the first, only `*` in the second, and not both at once.
+/// The store's precondition from a write's `If-Match` and `If-None-Match` headers (an ETag or
+/// `*` in either; not both headers at once).
 fn write_condition(
     if_match: Option<&ETagCondition>,
     if_none_match: Option<&ETagCondition>,
 ) -> S3Result<Option<WriteCondition>> {
-    match (if_match, if_none_match) {
-        (None, None) => Ok(None),
-        (Some(_), Some(_)) => Err(not_implemented(
-            "If-Match and If-None-Match together on a write are not supported",
-        )),
-        (Some(ETagCondition::ETag(e)), None) => {
-            Ok(Some(WriteCondition::ETag(e.value().to_string())))
+    Ok(Some(match (if_match, if_none_match) {
+        (None, None) => return Ok(None),
+        (Some(_), Some(_)) => {
+            return Err(not_implemented(
+                "If-Match and If-None-Match together on a write are not supported",
+            ))
         }
-        (Some(ETagCondition::Any), None) => Err(not_implemented(
-            "If-Match: * on a write is not supported; give the object's ETag",
-        )),
-        (None, Some(ETagCondition::Any)) => Ok(Some(WriteCondition::Absent)),
-        (None, Some(ETagCondition::ETag(_))) => {
-            Err(not_implemented("If-None-Match on a write takes only *"))
-        }
-    }
+        (Some(ETagCondition::ETag(e)), None) => WriteCondition::ETag(e.value().to_string()),
+        (Some(ETagCondition::Any), None) => WriteCondition::Exists,
+        (None, Some(ETagCondition::Any)) => WriteCondition::Absent,
+        (None, Some(ETagCondition::ETag(e))) => WriteCondition::NotETag(e.value().to_string()),
+    }))
 }
 
 /// The checksums a write answers with: every value that was checked (the stored ones when
@@ -1244,7 +1241,8 @@ impl S3 for RailS3 {
                 })?),
                 None => nonempty(input.start_after.clone()),
             };
-        let page = self.list(&input.bucket, &l, input.delimiter.as_ref(), after)?;
+        let delimiter = nonempty(input.delimiter.clone());
+        let page = self.list(&input.bucket, &l, delimiter.as_ref(), after)?;
         let owner = input.fetch_owner.unwrap_or(false).then(Self::owner);
         let contents = listed_objects(&page, &l.enc, owner);
         let key_count = (page.objects.len() + page.prefixes.len()) as i32;

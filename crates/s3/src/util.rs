@@ -5,7 +5,7 @@ use s3s::dto::{ETagCondition, Timestamp, TimestampFormat};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Encodes a key, prefix or delimiter for `encoding-type=url` responses the way S3 does:
-/// unreserved characters and `/` stay, a space becomes `+`, every other byte `%XX`.
+/// unreserved characters and `/` stay, every other byte (a space too) becomes `%XX`.
 pub(crate) fn url_encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
@@ -13,7 +13,6 @@ pub(crate) fn url_encode(s: &str) -> String {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'/' | b'*' => {
                 out.push(b as char)
             }
-            b' ' => out.push('+'),
             _ => out.push_str(&format!("%{b:02X}")),
         }
     }
@@ -117,7 +116,7 @@ mod tests {
 
     #[test]
     fn url_encoding_follows_s3() {
-        assert_eq!(url_encode("a/b c+d%é~"), "a/b+c%2Bd%25%C3%A9%7E");
+        assert_eq!(url_encode("a/b c+d%é~"), "a/b%20c%2Bd%25%C3%A9%7E");
         assert_eq!(url_encode("plain-key_1.txt"), "plain-key_1.txt");
     }
 

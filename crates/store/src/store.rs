@@ -689,8 +689,9 @@ impl Store {
         self.delete_object_if(bucket, key, None).await
     }
 
-    /// Deletes an object if `condition` holds for it. `WriteCondition::ETag` with no object
-    /// under the key is `Ok(false)`, as S3 answers a conditional delete of a missing key.
+    /// Deletes an object if `condition` holds for it. `WriteCondition::ETag` or `Exists` with
+    /// no object under the key is `Ok(false)`, as S3 answers a conditional delete of a missing
+    /// key.
     pub async fn delete_object_if(
         &self,
         bucket: &str,
@@ -705,7 +706,7 @@ impl Store {
             let _lock = self.lock(&rkey).await;
             if let Some(c) = condition {
                 match (c, self.current(bucket, key)) {
-                    (WriteCondition::ETag(_), None) => return Ok(false),
+                    (WriteCondition::ETag(_) | WriteCondition::Exists, None) => return Ok(false),
                     (c, current) => c.check(current.as_ref(), bucket, key)?,
                 }
             }

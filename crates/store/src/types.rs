@@ -65,6 +65,10 @@ pub enum WriteCondition {
     Absent,
     /// `If-Match: "etag"`: the object under the key has this ETag (without quotes).
     ETag(String),
+    /// `If-Match: *`: an object has the key.
+    Exists,
+    /// `If-None-Match: "etag"`: no object under the key has this ETag (none at all will do).
+    NotETag(String),
 }
 
 impl WriteCondition {
@@ -90,6 +94,17 @@ impl WriteCondition {
                 "the object's ETag is \"{}\", not {want:?} (If-Match)",
                 o.etag
             ))),
+            (WriteCondition::Exists, None) => Err(StoreError::NoSuchKey {
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+            }),
+            (WriteCondition::Exists, Some(_)) => Ok(()),
+            (WriteCondition::NotETag(not), Some(o)) if o.etag == not.trim_matches('"') => {
+                Err(StoreError::PreconditionFailed(format!(
+                    "the object's ETag is {not:?} (If-None-Match)"
+                )))
+            }
+            (WriteCondition::NotETag(_), _) => Ok(()),
         }
     }
 }

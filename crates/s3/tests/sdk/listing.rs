@@ -168,8 +168,8 @@ async fn list_url_encoding() {
         .await
         .unwrap();
     assert_eq!(out.encoding_type(), Some(&EncodingType::Url));
-    assert_eq!(out.prefix(), Some("sp+ace/"));
-    assert_eq!(keys_of(out.contents()), ["sp+ace/%C3%A9%2B%25"]);
+    assert_eq!(out.prefix(), Some("sp%20ace/"));
+    assert_eq!(keys_of(out.contents()), ["sp%20ace/%C3%A9%2B%25"]);
     let out = s
         .list_v2_request(&b)
         .delimiter("/")
@@ -177,7 +177,7 @@ async fn list_url_encoding() {
         .send()
         .await
         .unwrap();
-    assert_eq!(prefixes_of(out.common_prefixes()), ["a/", "c/", "sp+ace/"]);
+    assert_eq!(prefixes_of(out.common_prefixes()), ["a/", "c/", "sp%20ace/"]);
     assert_eq!(out.delimiter(), Some("/"));
     let out = s
         .list_v1_request(&b)
@@ -186,7 +186,7 @@ async fn list_url_encoding() {
         .send()
         .await
         .unwrap();
-    assert_eq!(out.contents()[0].key(), Some("sp+ace/%C3%A9%2B%25"));
+    assert_eq!(out.contents()[0].key(), Some("sp%20ace/%C3%A9%2B%25"));
     // Without it, keys come as they are.
     let out = s.list_v2_request(&b).prefix("sp").send().await.unwrap();
     assert_eq!(out.contents()[0].key(), Some("sp ace/é+%"));

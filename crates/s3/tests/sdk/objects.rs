@@ -344,11 +344,11 @@ async fn conditional_writes() {
         .await
         .unwrap();
     assert_eq!(s.get(&b, "k").await, b"second");
-    // Unsupported forms are refused and change nothing.
-    for (im, inm) in [
-        (Some("*"), None),
-        (None, Some(etag.as_str())),
-        (Some(etag.as_str()), Some("*")),
+    // If-None-Match with the current ETag fails; both headers at once are not supported.
+    let current = second.e_tag().unwrap().to_string();
+    for (im, inm, want) in [
+        (None, Some(current.as_str()), "PreconditionFailed"),
+        (Some(etag.as_str()), Some("*"), "NotImplemented"),
     ] {
         let e = s
             .put_request(&b, "k")
@@ -358,12 +358,30 @@ async fn conditional_writes() {
             .send()
             .await
             .unwrap_err();
-        assert_eq!(
-            code(&e).as_deref(),
-            Some("NotImplemented"),
-            "{im:?} {inm:?}"
-        );
+        assert_eq!(code(&e).as_deref(), Some(want), "{im:?} {inm:?}");
     }
+    assert_eq!(s.get(&b, "k").await, b"second");
+    // If-Match: * needs an object under the key; If-None-Match with another ETag passes.
+    let e = s
+        .put_request(&b, "absent")
+        .body(b"odd".to_vec().into())
+        .if_match("*")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e).as_deref(), Some("NoSuchKey"));
+    s.put_request(&b, "k")
+        .body(b"third".to_vec().into())
+        .if_match("*")
+        .send()
+        .await
+        .unwrap();
+    s.put_request(&b, "k")
+        .body(b"second".to_vec().into())
+        .if_none_match("\"0123\"")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(s.get(&b, "k").await, b"second");
     // CompleteMultipartUpload with If-None-Match: * on an existing key.
     let id = s
