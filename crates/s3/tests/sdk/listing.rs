@@ -177,7 +177,10 @@ async fn list_url_encoding() {
         .send()
         .await
         .unwrap();
-    assert_eq!(prefixes_of(out.common_prefixes()), ["a/", "c/", "sp%20ace/"]);
+    assert_eq!(
+        prefixes_of(out.common_prefixes()),
+        ["a/", "c/", "sp%20ace/"]
+    );
     assert_eq!(out.delimiter(), Some("/"));
     let out = s
         .list_v1_request(&b)
