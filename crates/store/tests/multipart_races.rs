@@ -151,6 +151,21 @@ async fn assert_reads_back(store: Store, cfg: &StoreConfig, want: &[u8], what: &
     store.shutdown().await.unwrap();
 }
 
+/// Shuts `store` down cleanly and opens it again.
+async fn reopen(store: Store, cfg: &StoreConfig) -> Store {
+    store.shutdown().await.unwrap();
+    drop(store);
+    Store::open(cfg.clone()).await.unwrap()
+}
+
+/// No record or chunk of any of the `tags` (record kinds) is stored.
+async fn assert_none_left(store: &Store, tags: &[u8]) {
+    for &tag in tags {
+        let left = store.manager().keys(&[tag]).await.unwrap();
+        assert!(left.is_empty(), "{} keys left", tag as char);
+    }
+}
+
 /// Two parts, the first spanning two chunks.
 fn two_parts() -> Vec<Vec<u8>> {
     vec![bytes(1, 100_000), bytes(2, 30_000)]
@@ -307,17 +322,8 @@ async fn an_abort_during_a_part_leaves_nothing_behind() {
     );
     let left = store.manager().keys(b"P").await.unwrap().len();
     assert_eq!(left, 0, "part records left after the abort");
-    store.shutdown().await.unwrap();
-    drop(store);
-    let store = Store::open(cfg.clone()).await.unwrap();
-    for tag in [b"U", b"P", b"D", b"K"] {
-        let left = store.manager().keys(tag).await.unwrap();
-        assert!(
-            left.is_empty(),
-            "{} keys left after a reopen",
-            tag[0] as char
-        );
-    }
+    let store = reopen(store, &cfg).await;
+    assert_none_left(&store, b"UPDK").await;
     store.shutdown().await.unwrap();
 }
 
@@ -339,18 +345,9 @@ async fn deleting_a_bucket_aborts_its_uploads() {
         store.abort_multipart(BUCKET, KEY, &id).await,
         Err(StoreError::NoSuchBucket(_))
     ));
-    store.shutdown().await.unwrap();
-    drop(store);
-    let store = Store::open(cfg.clone()).await.unwrap();
+    let store = reopen(store, &cfg).await;
     assert!(store.list_buckets().is_empty());
-    for tag in [b"B", b"U", b"P", b"D"] {
-        let left = store.manager().keys(tag).await.unwrap();
-        assert!(
-            left.is_empty(),
-            "{} keys left after a reopen",
-            tag[0] as char
-        );
-    }
+    assert_none_left(&store, b"BUPD").await;
     store.create_bucket(BUCKET).await.unwrap();
     store
         .put_object(BUCKET, KEY, body_from(bytes(5, 10)), PutOptions::default())
