@@ -287,16 +287,23 @@ impl Store {
             .iter()
             .map(|(_, e)| e.trim_matches('"').to_string())
             .collect();
-        let etag = multipart_etag(&etags).ok_or_else(|| StoreError::InvalidPart {
-            part: parts[0].0,
-            why: "ETag is not an MD5 in hex".into(),
-        })?;
         let bucket_id = self.bucket_id(bucket)?;
         let rkey = object_key(bucket_id, key);
         let upload = match self.upload(bucket, key, upload_id) {
             Ok((_, u)) => Some(u),
             Err(StoreError::NoSuchUpload(_)) => None,
             Err(e) => return Err(e),
+        };
+        let etag = match (multipart_etag(&etags), &upload) {
+            (Some(etag), _) => etag,
+            // An unknown upload is that before anything about its parts, as S3 answers.
+            (None, None) => return Err(StoreError::NoSuchUpload(upload_id.to_string())),
+            (None, Some(_)) => {
+                return Err(StoreError::InvalidPart {
+                    part: parts[0].0,
+                    why: "ETag is not an MD5 in hex".into(),
+                })
+            }
         };
         // The upload's lock, then the object's (see the lock order above).
         let _op = match &upload {

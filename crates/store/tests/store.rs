@@ -521,6 +521,20 @@ async fn multipart_uploads_complete_once_abort_and_check_their_parts() {
             .await,
         Err(StoreError::InvalidPart { part: 2, .. })
     ));
+    // An ETag that is no MD5: an invalid part of a known upload; of an unknown one, no upload.
+    let not_md5 = [(1, "1234".to_string())];
+    assert!(matches!(
+        store
+            .complete_multipart("bkt", "big", &id, &not_md5, BTreeMap::new(), None)
+            .await,
+        Err(StoreError::InvalidPart { part: 1, .. })
+    ));
+    assert!(matches!(
+        store
+            .complete_multipart("bkt", "big", "abc1234def", &not_md5, BTreeMap::new(), None)
+            .await,
+        Err(StoreError::NoSuchUpload(_))
+    ));
     // Part 4 (7 bytes) may only be last; skipping part 3 leaves the 16 KiB minimum met.
     let info = store
         .complete_multipart("bkt", "big", &id, &etags, BTreeMap::new(), None)
