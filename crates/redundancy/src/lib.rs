@@ -20,6 +20,7 @@ mod pack;
 mod rebuild;
 mod staged;
 mod vdev;
+mod write;
 
 pub use error::{RedundancyError, Result};
 pub use io::{AnyHealthy, DeviceSet, FailureListener, FaultPolicy, IoCounters, ReadPlan};
