@@ -73,10 +73,19 @@
 //!   request heads above [`REQUEST_HEAD_BYTES_MAX`] get hyper's bare `431`, not an S3 XML
 //!   error. A connection cut for a slow head or an unread response gets no S3 error either.
 
+// Before the operations' modules: its macros are theirs.
+#[macro_use]
+mod fields;
+
 mod body;
+mod bucket;
 mod checksum;
+mod copy;
 mod errors;
 mod guard;
+mod list;
+mod multipart;
+mod object;
 mod server;
 mod service;
 mod util;

@@ -1,0 +1,143 @@
+//! Bucket operations: list, create, delete, head, location, versioning.
+
+use crate::errors::{err, invalid_argument, not_implemented, store_error};
+use crate::fields::owner;
+use crate::service::RailS3;
+use crate::util::{self, token_decode, token_encode};
+use s3s::dto::*;
+use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
+
+pub(crate) async fn list_buckets(
+    s3: &RailS3,
+    req: S3Request<ListBucketsInput>,
+) -> S3Result<S3Response<ListBucketsOutput>> {
+    let input = req.input;
+    let max = match input.max_buckets {
+        None => usize::MAX,
+        Some(n) if (1..=10_000).contains(&n) => n as usize,
+        Some(_) => return Err(invalid_argument("max-buckets must be 1 to 10000")),
+    };
+    let after = match input.continuation_token.as_deref() {
+        None => None,
+        Some(t) => Some(
+            token_decode(t)
+                .ok_or_else(|| invalid_argument("The continuation token provided is incorrect"))?,
+        ),
+    };
+    let prefix = input.prefix.clone().unwrap_or_default();
+    let all: Vec<_> = s3
+        .store
+        .list_buckets()
+        .into_iter()
+        .filter(|b| b.name.starts_with(&prefix))
+        .filter(|b| after.as_ref().is_none_or(|a| b.name > *a))
+        .collect();
+    let truncated = all.len() > max;
+    let page: Vec<_> = all.into_iter().take(max).collect();
+    let token = truncated
+        .then(|| page.last().map(|b| token_encode(&b.name)))
+        .flatten();
+    let buckets = page
+        .into_iter()
+        .map(|b| Bucket {
+            bucket_region: Some(s3.region.clone()),
+            creation_date: Some(util::timestamp(b.created)),
+            name: Some(b.name),
+        })
+        .collect();
+    Ok(S3Response::new(ListBucketsOutput {
+        buckets: Some(buckets),
+        continuation_token: token,
+        owner: Some(owner()),
+        prefix: input.prefix,
+    }))
+}
+
+pub(crate) async fn create_bucket(
+    s3: &RailS3,
+    req: S3Request<CreateBucketInput>,
+) -> S3Result<S3Response<CreateBucketOutput>> {
+    let input = req.input;
+    let constraint = input
+        .create_bucket_configuration
+        .as_ref()
+        .and_then(|c| c.location_constraint.as_ref())
+        .map(|c| c.as_str().to_string())
+        .filter(|c| !c.is_empty());
+    if let Some(c) = constraint {
+        if c != s3.region {
+            return Err(err(
+                S3ErrorCode::IllegalLocationConstraintException,
+                format!(
+                    "The {c} location constraint is incompatible for the region specific \
+                     endpoint this request was sent to ({}).",
+                    s3.region
+                ),
+            ));
+        }
+    }
+    if input.object_lock_enabled_for_bucket == Some(true) {
+        return Err(not_implemented("object lock is not supported"));
+    }
+    let created = s3
+        .store
+        .create_bucket(&input.bucket)
+        .await
+        .map_err(store_error)?;
+    if !created {
+        tracing::debug!(bucket = %input.bucket, "bucket re-created by its owner");
+    }
+    Ok(S3Response::new(CreateBucketOutput {
+        location: Some(format!("/{}", input.bucket)),
+    }))
+}
+
+pub(crate) async fn delete_bucket(
+    s3: &RailS3,
+    req: S3Request<DeleteBucketInput>,
+) -> S3Result<S3Response<DeleteBucketOutput>> {
+    s3.store
+        .delete_bucket(&req.input.bucket)
+        .await
+        .map_err(store_error)?;
+    Ok(S3Response::new(DeleteBucketOutput {}))
+}
+
+pub(crate) async fn head_bucket(
+    s3: &RailS3,
+    req: S3Request<HeadBucketInput>,
+) -> S3Result<S3Response<HeadBucketOutput>> {
+    s3.store
+        .head_bucket(&req.input.bucket)
+        .map_err(store_error)?;
+    Ok(S3Response::new(HeadBucketOutput {
+        bucket_region: Some(s3.region.clone()),
+        ..HeadBucketOutput::default()
+    }))
+}
+
+pub(crate) async fn get_bucket_location(
+    s3: &RailS3,
+    req: S3Request<GetBucketLocationInput>,
+) -> S3Result<S3Response<GetBucketLocationOutput>> {
+    s3.store
+        .head_bucket(&req.input.bucket)
+        .map_err(store_error)?;
+    // S3 answers an empty constraint for us-east-1.
+    let location_constraint =
+        (s3.region != "us-east-1").then(|| BucketLocationConstraint::from(s3.region.clone()));
+    Ok(S3Response::new(GetBucketLocationOutput {
+        location_constraint,
+    }))
+}
+
+pub(crate) async fn get_bucket_versioning(
+    s3: &RailS3,
+    req: S3Request<GetBucketVersioningInput>,
+) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+    s3.store
+        .head_bucket(&req.input.bucket)
+        .map_err(store_error)?;
+    // Never versioned: no status at all.
+    Ok(S3Response::new(GetBucketVersioningOutput::default()))
+}

@@ -1,0 +1,403 @@
+//! Object operations: put, get, head, delete (one or many).
+
+use crate::body::Outgoing;
+use crate::checksum::{Algorithm, Plan};
+use crate::errors::{err, invalid_request, not_implemented, store_error};
+use crate::fields::*;
+use crate::service::RailS3;
+use crate::util::{self, Conditions, Verdict};
+use futures_util::StreamExt;
+use http::{HeaderMap, HeaderValue, StatusCode};
+use railstore_store::{ObjectInfo, RangeSpec, StoreError};
+use s3s::dto::*;
+use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
+use std::collections::HashMap;
+
+/// Most keys one DeleteObjects request names, as S3.
+const DELETE_KEYS_MAX: usize = 1000;
+const DEFAULT_CONTENT_TYPE: &str = "binary/octet-stream";
+
+/// The conditional headers of a GET or HEAD input.
+macro_rules! read_conditions {
+    ($input:expr) => {
+        Conditions {
+            if_match: $input.if_match.as_ref(),
+            if_none_match: $input.if_none_match.as_ref(),
+            if_modified_since: $input.if_modified_since.as_ref(),
+            if_unmodified_since: $input.if_unmodified_since.as_ref(),
+        }
+    };
+}
+
+/// A GET or HEAD output: `$ty { fields }` with the object's [`Described`] `$d` filled in.
+macro_rules! described_output {
+    ($ty:ident { $($field:ident: $value:expr),* $(,)? }, $d:expr) => {{
+        let d: Described = $d;
+        with_checksums!($ty {
+            $($field: $value,)*
+            content_type: d.content_type,
+            metadata: d.metadata,
+            cache_control: d.cache_control,
+            content_disposition: d.content_disposition,
+            content_encoding: d.content_encoding,
+            content_language: d.content_language,
+            expires: d.expires,
+            e_tag: d.e_tag,
+            last_modified: d.last_modified,
+        }, d.checksums)
+    }};
+}
+
+/// The object's description as GET and HEAD return it.
+fn described(info: &ObjectInfo, checksum_mode: bool, whole: bool) -> Described {
+    let h = |name: &str| info.headers.get(name).cloned();
+    let mut d = Described {
+        content_type: Some(
+            info.content_type
+                .clone()
+                .unwrap_or_else(|| DEFAULT_CONTENT_TYPE.to_string()),
+        ),
+        metadata: (!info.user_metadata.is_empty()).then(|| {
+            info.user_metadata
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect::<HashMap<_, _>>()
+        }),
+        cache_control: h("cache-control"),
+        content_disposition: h("content-disposition"),
+        content_encoding: h("content-encoding"),
+        content_language: h("content-language"),
+        expires: h("expires").as_deref().and_then(util::parse_http_date),
+        e_tag: Some(ETag::Strong(info.etag.clone())),
+        last_modified: Some(util::timestamp(info.last_modified)),
+        ..Described::default()
+    };
+    if checksum_mode && whole {
+        d.checksums = ChecksumFields::from_map(&info.checksums);
+    }
+    d
+}
+
+fn range_spec(r: Option<&Range>) -> Option<RangeSpec> {
+    r.map(|r| match *r {
+        Range::Int { first, last } => RangeSpec::FromTo { first, last },
+        Range::Suffix { length } => RangeSpec::Suffix(length),
+    })
+}
+
+fn verdict_error(v: Verdict, info: &ObjectInfo) -> S3Result<()> {
+    match v {
+        Verdict::Proceed => Ok(()),
+        Verdict::PreconditionFailed => Err(err(
+            S3ErrorCode::PreconditionFailed,
+            "At least one of the pre-conditions you specified did not hold",
+        )),
+        Verdict::NotModified => {
+            let mut e = S3Error::new(S3ErrorCode::NotModified);
+            let mut h = HeaderMap::new();
+            if let Ok(v) = HeaderValue::from_str(&format!("\"{}\"", info.etag)) {
+                h.insert(http::header::ETAG, v);
+            }
+            if let Some(d) = util::http_date(&util::timestamp(info.last_modified)) {
+                if let Ok(v) = HeaderValue::from_str(&d) {
+                    h.insert(http::header::LAST_MODIFIED, v);
+                }
+            }
+            e.set_headers(h);
+            Err(e)
+        }
+    }
+}
+
+/// Checks a read's `partNumber`: an object not uploaded in parts is one part, the whole
+/// object; `parts` gives the object's part count, `multipart_refusal` the answer when it has
+/// parts.
+fn check_single_part(
+    n: i32,
+    range: Option<RangeSpec>,
+    parts: impl FnOnce() -> S3Result<u32>,
+    multipart_refusal: &str,
+) -> S3Result<()> {
+    if range.is_some() {
+        return Err(invalid_request(
+            "Cannot specify both Range header and partNumber query parameter",
+        ));
+    }
+    if parts()? > 0 {
+        return Err(not_implemented(multipart_refusal));
+    }
+    if n != 1 {
+        return Err(invalid_part_number());
+    }
+    Ok(())
+}
+
+fn checksum_mode_enabled(mode: Option<&ChecksumMode>) -> bool {
+    mode.is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED))
+}
+
+/// `Content-Range` of a ranged read of `[start, end)` of `size` bytes.
+fn content_range(whole: bool, start: u64, end: u64, size: u64) -> Option<String> {
+    (!whole).then(|| format!("bytes {start}-{}/{size}", end.max(1) - 1))
+}
+
+fn invalid_part_number() -> S3Error {
+    let mut e = err(
+        S3ErrorCode::from_bytes(b"InvalidPartNumber").expect("a code"),
+        "The requested partnumber is not satisfiable",
+    );
+    e.set_status_code(StatusCode::RANGE_NOT_SATISFIABLE);
+    e
+}
+
+pub(crate) async fn put_object(
+    s3: &RailS3,
+    req: S3Request<PutObjectInput>,
+) -> S3Result<S3Response<PutObjectOutput>> {
+    let S3Request {
+        input,
+        headers,
+        trailing_headers,
+        ..
+    } = req;
+    refuse_unsupported(
+        input.server_side_encryption.as_ref(),
+        input.sse_customer_key.as_ref(),
+        input.ssekms_key_id.as_ref(),
+        object_lock_requested!(input),
+    )?;
+    let condition = write_condition(input.if_match.as_ref(), input.if_none_match.as_ref())?;
+    if input.write_offset_bytes.is_some() {
+        return Err(not_implemented(
+            "appends (x-amz-write-offset-bytes) are not supported",
+        ));
+    }
+    s3.store.head_bucket(&input.bucket).map_err(store_error)?;
+    let mechanism = s3.mechanism(&headers, input.storage_class.as_ref())?;
+    let mut options = put_options(object_fields!(input), mechanism)?;
+    options.content_md5 = content_md5(input.content_md5.as_ref())?;
+    options.condition = condition;
+    let plan = checksum_plan!(input, None, &headers, trailing_headers.as_ref());
+    let incoming = RailS3::incoming(input.body, plan, trailing_headers);
+    options.checksums = incoming.checksums.clone();
+    options.checksums_at_end = incoming.at_end.clone();
+    let info = s3
+        .store
+        .put_object(&input.bucket, &input.key, incoming.body, options)
+        .await
+        .map_err(|e| incoming.outcome.error(e))?;
+    let c = answered_checksums(&incoming.outcome, &incoming.checksums);
+    let output = with_checksums!(
+        PutObjectOutput {
+            e_tag: Some(ETag::Strong(info.etag.clone())),
+        },
+        c
+    );
+    Ok(S3Response::with_headers(
+        output,
+        mechanism_headers(&info.mechanism),
+    ))
+}
+
+pub(crate) async fn get_object(
+    s3: &RailS3,
+    req: S3Request<GetObjectInput>,
+) -> S3Result<S3Response<GetObjectOutput>> {
+    let input = &req.input;
+    check_version(input.version_id.as_deref())?;
+    let conditions = read_conditions!(input);
+    let mut range = range_spec(input.range.as_ref());
+    let mut part_answer = false;
+    if let Some(n) = input.part_number {
+        check_single_part(
+            n,
+            range,
+            || {
+                let info = s3.store.head_object(&input.bucket, &input.key);
+                Ok(info.map_err(store_error)?.parts)
+            },
+            "reading one part of a multipart object is not supported; use a range",
+        )?;
+        range = None;
+        part_answer = true;
+    }
+    let got = match s3.store.get_object(&input.bucket, &input.key, range).await {
+        Ok(g) => g,
+        Err(StoreError::InvalidRange { size }) => {
+            if conditions.any() {
+                let info = s3
+                    .store
+                    .head_object(&input.bucket, &input.key)
+                    .map_err(store_error)?;
+                verdict_error(conditions.evaluate(&info.etag, info.last_modified), &info)?;
+            }
+            let mut e = store_error(StoreError::InvalidRange { size });
+            let mut h = HeaderMap::new();
+            // These replace the error response's headers: keep its content type.
+            h.insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/xml"),
+            );
+            if let Ok(v) = HeaderValue::from_str(&format!("bytes */{size}")) {
+                h.insert(http::header::CONTENT_RANGE, v);
+            }
+            e.set_headers(h);
+            return Err(e);
+        }
+        Err(e) => return Err(store_error(e)),
+    };
+    let info = &got.info;
+    verdict_error(conditions.evaluate(&info.etag, info.last_modified), info)?;
+    let (start, end) = got.range;
+    let whole = range.is_none();
+    let checksum_mode = checksum_mode_enabled(input.checksum_mode.as_ref());
+    let d = described(info, checksum_mode, whole);
+    let content_range = content_range(whole, start, end, info.size);
+    let what = format!("{}/{}", input.bucket, input.key);
+    let body = Outgoing::new(got.body, end - start, what);
+    let output = described_output!(
+        GetObjectOutput {
+            accept_ranges: Some("bytes".to_string()),
+            body: Some(StreamingBlob::new(body)),
+            content_length: Some((end - start) as i64),
+            content_range: content_range,
+            parts_count: part_answer.then_some(1),
+        },
+        d
+    );
+    Ok(S3Response::with_headers(
+        output,
+        mechanism_headers(&info.mechanism),
+    ))
+}
+
+pub(crate) async fn head_object(
+    s3: &RailS3,
+    req: S3Request<HeadObjectInput>,
+) -> S3Result<S3Response<HeadObjectOutput>> {
+    let input = &req.input;
+    check_version(input.version_id.as_deref())?;
+    let info = s3
+        .store
+        .head_object(&input.bucket, &input.key)
+        .map_err(store_error)?;
+    let conditions = read_conditions!(input);
+    verdict_error(conditions.evaluate(&info.etag, info.last_modified), &info)?;
+    let mut range = range_spec(input.range.as_ref());
+    if let Some(n) = input.part_number {
+        check_single_part(
+            n,
+            range,
+            || Ok(info.parts),
+            "describing one part of a multipart object is not supported",
+        )?;
+        range = None;
+    }
+    let (start, end) = match range {
+        None => (0, info.size),
+        Some(r) => r.resolve(info.size).map_err(store_error)?,
+    };
+    let whole = range.is_none();
+    let checksum_mode = checksum_mode_enabled(input.checksum_mode.as_ref());
+    let d = described(&info, checksum_mode, whole);
+    let output = described_output!(
+        HeadObjectOutput {
+            accept_ranges: Some("bytes".to_string()),
+            content_length: Some((end - start) as i64),
+            content_range: content_range(whole, start, end, info.size),
+            parts_count: input.part_number.map(|_| 1),
+        },
+        d
+    );
+    let mut resp = S3Response::with_headers(output, mechanism_headers(&info.mechanism));
+    if !whole {
+        resp.status = Some(StatusCode::PARTIAL_CONTENT);
+    }
+    Ok(resp)
+}
+
+pub(crate) async fn delete_object(
+    s3: &RailS3,
+    req: S3Request<DeleteObjectInput>,
+) -> S3Result<S3Response<DeleteObjectOutput>> {
+    let input = req.input;
+    check_version(input.version_id.as_deref())?;
+    if input.if_match_last_modified_time.is_some() || input.if_match_size.is_some() {
+        return Err(not_implemented(
+            "deletes conditional on the modification time or the size are not supported",
+        ));
+    }
+    let condition = write_condition(input.if_match.as_ref(), None)?;
+    s3.store
+        .delete_object_if(&input.bucket, &input.key, condition.as_ref())
+        .await
+        .map_err(store_error)?;
+    Ok(S3Response::new(DeleteObjectOutput::default()))
+}
+
+pub(crate) async fn delete_objects(
+    s3: &RailS3,
+    req: S3Request<DeleteObjectsInput>,
+) -> S3Result<S3Response<DeleteObjectsOutput>> {
+    let input = req.input;
+    let objects = input.delete.objects;
+    if objects.is_empty() || objects.len() > DELETE_KEYS_MAX {
+        return Err(err(
+            S3ErrorCode::MalformedXML,
+            format!("A delete request names 1 to {DELETE_KEYS_MAX} objects"),
+        ));
+    }
+    s3.store.head_bucket(&input.bucket).map_err(store_error)?;
+    let quiet = input.delete.quiet.unwrap_or(false);
+    let mut errors = Vec::new();
+    let mut keys = Vec::new();
+    for o in &objects {
+        match o.version_id.as_deref() {
+            None | Some("null") => keys.push(o.key.clone()),
+            Some(v) => errors.push(Error {
+                code: Some("NoSuchVersion".to_string()),
+                key: Some(o.key.clone()),
+                message: Some("The specified version does not exist.".to_string()),
+                version_id: Some(v.to_string()),
+            }),
+        }
+    }
+    // Store::delete_objects' future is not `Send` for every lifetime (its closure borrows
+    // the keys), which async_trait needs; the same, with owned keys.
+    let results: Vec<Result<bool, StoreError>> = futures_util::stream::iter(keys.clone())
+        .map(|k| {
+            let store = s3.store.clone();
+            let bucket = input.bucket.clone();
+            async move { store.delete_object(&bucket, &k).await }
+        })
+        .buffered(8)
+        .collect()
+        .await;
+    let mut deleted = Vec::new();
+    for (key, r) in keys.into_iter().zip(results) {
+        match r {
+            Ok(_) => {
+                if !quiet {
+                    deleted.push(DeletedObject {
+                        key: Some(key),
+                        ..DeletedObject::default()
+                    });
+                }
+            }
+            Err(e) => {
+                let e = store_error(e);
+                errors.push(Error {
+                    code: Some(e.code().as_str().to_string()),
+                    key: Some(key),
+                    message: e.message().map(str::to_string),
+                    version_id: None,
+                });
+            }
+        }
+    }
+    Ok(S3Response::new(DeleteObjectsOutput {
+        deleted: (!deleted.is_empty()).then_some(deleted),
+        errors: (!errors.is_empty()).then_some(errors),
+        request_charged: None,
+    }))
+}
