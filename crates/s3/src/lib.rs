@@ -24,8 +24,8 @@
 //!   (re-creating one's own bucket succeeds, as in us-east-1), DeleteBucket (`BucketNotEmpty`
 //!   while objects or uploads remain), HeadBucket, GetBucketLocation, GetBucketVersioning
 //!   (never enabled).
-//! - Objects: PutObject, GetObject (ranges → 206, unsatisfiable → 416; `partNumber=1` of a
-//!   single-part object), HeadObject, conditional reads (`If-Match`, `If-None-Match`,
+//! - Objects: PutObject, GetObject (ranges → 206, unsatisfiable → 416; `partNumber=N`: part N
+//!   of a multipart object, 1 of any other), HeadObject, conditional reads (`If-Match`, `If-None-Match`,
 //!   `If-Modified-Since`, `If-Unmodified-Since` → 304 / 412), DeleteObject, DeleteObjects
 //!   (quiet mode too; at most 1000 keys), CopyObject (`x-amz-metadata-directive` COPY or
 //!   REPLACE, `x-amz-copy-source-if-*`).
@@ -65,8 +65,8 @@
 //!   GetObjectAttributes, SelectObjectContent.
 //! - Other conditional writes: `If-Match: *`, `If-None-Match` with an ETag, both at once,
 //!   and deletes conditional on time or size (`NotImplemented`).
-//! - GET/HEAD with `partNumber` on a multipart object (the store keeps no part boundaries of
-//!   a completed object).
+//! - GET/HEAD with `partNumber` on a multipart object completed before the store kept part
+//!   sizes.
 //! - Checksums of DeleteObjects and other XML
 //!   bodies are not checked. CopyObject does not compute new checksums.
 //! - Headers above [`REQUEST_HEADER_BYTES_MAX`] get S3's `RequestHeaderSectionTooLarge`, but

@@ -109,27 +109,40 @@ fn verdict_error(v: Verdict, info: &ObjectInfo) -> S3Result<()> {
     }
 }
 
-/// Checks a read's `partNumber`: an object not uploaded in parts is one part, the whole
-/// object; `parts` gives the object's part count, `multipart_refusal` the answer when it has
-/// parts.
-fn check_single_part(
-    n: i32,
-    range: Option<RangeSpec>,
-    parts: impl FnOnce() -> S3Result<u32>,
-    multipart_refusal: &str,
-) -> S3Result<()> {
+/// The bytes `[start, end)` of part `n` of an object, as GET and HEAD with `partNumber` read
+/// them: an object not uploaded in parts is one part, the whole object.
+fn part_range(info: &ObjectInfo, n: i32, range: Option<RangeSpec>) -> S3Result<(u64, u64)> {
     if range.is_some() {
         return Err(invalid_request(
             "Cannot specify both Range header and partNumber query parameter",
         ));
     }
-    if parts()? > 0 {
-        return Err(not_implemented(multipart_refusal));
+    if info.parts == 0 {
+        return if n == 1 {
+            Ok((0, info.size))
+        } else {
+            Err(invalid_part(n))
+        };
     }
-    if n != 1 {
-        return Err(invalid_part_number());
+    if info.part_sizes.len() != info.parts as usize {
+        return Err(not_implemented(
+            "this object was completed before railstore kept its part sizes; read it by range",
+        ));
     }
-    Ok(())
+    let i = usize::try_from(n)
+        .ok()
+        .filter(|i| (1..=info.part_sizes.len()).contains(i))
+        .ok_or_else(|| invalid_part(n))?;
+    let start: u64 = info.part_sizes[..i - 1].iter().sum();
+    Ok((start, start + info.part_sizes[i - 1]))
+}
+
+/// A part range as the store reads it: none for the whole object.
+fn part_spec(info: &ObjectInfo, (start, end): (u64, u64)) -> Option<RangeSpec> {
+    ((start, end) != (0, info.size)).then_some(RangeSpec::FromTo {
+        first: start,
+        last: Some(end.max(start + 1) - 1),
+    })
 }
 
 fn checksum_mode_enabled(mode: Option<&ChecksumMode>) -> bool {
@@ -141,13 +154,11 @@ fn content_range(whole: bool, start: u64, end: u64, size: u64) -> Option<String>
     (!whole).then(|| format!("bytes {start}-{}/{size}", end.max(1) - 1))
 }
 
-fn invalid_part_number() -> S3Error {
-    let mut e = err(
-        S3ErrorCode::from_bytes(b"InvalidPartNumber").expect("a code"),
-        "The requested partnumber is not satisfiable",
-    );
-    e.set_status_code(StatusCode::RANGE_NOT_SATISFIABLE);
-    e
+fn invalid_part(n: i32) -> S3Error {
+    err(
+        S3ErrorCode::InvalidPart,
+        format!("The object has no part {n}"),
+    )
 }
 
 pub(crate) async fn put_object(
@@ -207,19 +218,15 @@ pub(crate) async fn get_object(
     check_version(input.version_id.as_deref())?;
     let conditions = read_conditions!(input);
     let mut range = range_spec(input.range.as_ref());
-    let mut part_answer = false;
+    // The part's bytes, as a range of the object version they were found in.
+    let mut part: Option<(String, u32)> = None;
     if let Some(n) = input.part_number {
-        check_single_part(
-            n,
-            range,
-            || {
-                let info = s3.store.head_object(&input.bucket, &input.key);
-                Ok(info.map_err(store_error)?.parts)
-            },
-            "reading one part of a multipart object is not supported; use a range",
-        )?;
-        range = None;
-        part_answer = true;
+        let info = s3
+            .store
+            .head_object(&input.bucket, &input.key)
+            .map_err(store_error)?;
+        range = part_spec(&info, part_range(&info, n, range)?);
+        part = Some((info.etag.clone(), info.parts.max(1)));
     }
     let got = match s3.store.get_object(&input.bucket, &input.key, range).await {
         Ok(g) => g,
@@ -247,6 +254,13 @@ pub(crate) async fn get_object(
         Err(e) => return Err(store_error(e)),
     };
     let info = &got.info;
+    if part.as_ref().is_some_and(|(etag, _)| *etag != info.etag) {
+        // Replaced between finding the part and reading it: its bytes may be elsewhere now.
+        return Err(err(
+            S3ErrorCode::SlowDown,
+            "The object changed while its part was read; retry",
+        ));
+    }
     verdict_error(conditions.evaluate(&info.etag, info.last_modified), info)?;
     let (start, end) = got.range;
     let whole = range.is_none();
@@ -261,7 +275,7 @@ pub(crate) async fn get_object(
             body: Some(StreamingBlob::new(body)),
             content_length: Some((end - start) as i64),
             content_range: content_range,
-            parts_count: part_answer.then_some(1),
+            parts_count: part.map(|(_, n)| n as i32),
         },
         d
     );
@@ -285,13 +299,7 @@ pub(crate) async fn head_object(
     verdict_error(conditions.evaluate(&info.etag, info.last_modified), &info)?;
     let mut range = range_spec(input.range.as_ref());
     if let Some(n) = input.part_number {
-        check_single_part(
-            n,
-            range,
-            || Ok(info.parts),
-            "describing one part of a multipart object is not supported",
-        )?;
-        range = None;
+        range = part_spec(&info, part_range(&info, n, range)?);
     }
     let (start, end) = match range {
         None => (0, info.size),
@@ -305,7 +313,7 @@ pub(crate) async fn head_object(
             accept_ranges: Some("bytes".to_string()),
             content_length: Some((end - start) as i64),
             content_range: content_range(whole, start, end, info.size),
-            parts_count: input.part_number.map(|_| 1),
+            parts_count: input.part_number.map(|_| info.parts.max(1) as i32),
         },
         d
     );

@@ -374,6 +374,7 @@ impl Store {
             checksums,
             mechanism: chosen[0].mechanism.clone(),
             parts: parts.len() as u32,
+            part_sizes: chosen.iter().map(|p| p.info.size).collect(),
         };
         let written = WrittenBody {
             size,

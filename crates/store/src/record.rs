@@ -203,6 +203,7 @@ mod tests {
             checksums: BTreeMap::new(),
             mechanism: "rep3".into(),
             parts: 0,
+            part_sizes: Vec::new(),
         }
     }
 

@@ -437,6 +437,7 @@ impl Store {
             ),
             mechanism: written.mechanism.to_string(),
             parts: 0,
+            part_sizes: Vec::new(),
         };
         if !written.chunks.is_empty() {
             // The chunks are durable before any record names them.

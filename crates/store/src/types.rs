@@ -185,6 +185,10 @@ pub struct ObjectInfo {
     pub mechanism: String,
     /// Parts, for an object made by a multipart upload; 0 otherwise.
     pub parts: u32,
+    /// The sizes of those parts, in order (empty for single-part objects, and for objects
+    /// completed before sizes were kept): GET by part number and SSE find parts by them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub part_sizes: Vec<u64>,
 }
 
 /// A byte range as a request states it.

@@ -192,6 +192,46 @@ async fn multipart_upload_complete_and_repeat() {
         .unwrap();
     let got = out.body.collect().await.unwrap().into_bytes();
     assert!(got[..] == whole[5 * MIB - 10..5 * MIB + 10]);
+    // One part by its number: its bytes, the object's ETag and part count.
+    for n in [2usize, 4] {
+        let start: usize = bodies[..n - 1].iter().map(Vec::len).sum();
+        let out = s
+            .get_request(&b, "big")
+            .part_number(n as i32)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(out.parts_count(), Some(4));
+        assert_eq!(out.e_tag(), Some(want_etag.as_str()));
+        assert_eq!(out.content_length(), Some(bodies[n - 1].len() as i64));
+        let got = out.body.collect().await.unwrap().into_bytes();
+        assert!(
+            got[..] == whole[start..start + bodies[n - 1].len()],
+            "part {n}"
+        );
+        let head = s.head_request(&b, "big").part_number(n as i32).send().await;
+        assert_eq!(
+            head.unwrap().content_length(),
+            Some(bodies[n - 1].len() as i64)
+        );
+    }
+    let e = s
+        .get_request(&b, "big")
+        .part_number(5)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e).as_deref(), Some("InvalidPart"));
+    let single = s.put(&b, "single", b"one part").await;
+    let out = s.get_request(&b, "single").part_number(1).send().await;
+    assert_eq!(out.unwrap().e_tag(), Some(single.as_str()));
+    let e = s
+        .get_request(&b, "single")
+        .part_number(2)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e).as_deref(), Some("InvalidPart"));
     assert!(c
         .list_multipart_uploads()
         .bucket(&b)
