@@ -58,6 +58,9 @@ pub struct ServerSection {
     pub sigv2: bool,
     /// Bearer token `/metrics` and `/status` require; open without one.
     pub operator_token: Option<String>,
+    /// The file holding the master key of SSE-S3 and KMS (made on first start); by default
+    /// `sse-master.key` in the data folder.
+    pub sse_master_key_file: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for ServerSection {
@@ -74,6 +77,7 @@ impl std::fmt::Debug for ServerSection {
             .field("post_form_bytes_max", &self.post_form_bytes_max)
             .field("sigv2", &self.sigv2)
             .field("operator_token", &hidden(&self.operator_token))
+            .field("sse_master_key_file", &self.sse_master_key_file)
             .finish()
     }
 }
@@ -115,6 +119,7 @@ impl Default for ServerSection {
             post_form_bytes_max: default_post_form_bytes_max(),
             sigv2: false,
             operator_token: None,
+            sse_master_key_file: None,
         }
     }
 }
@@ -136,6 +141,7 @@ impl ServerSection {
             },
             sigv2: self.sigv2,
             operator_token: self.operator_token.clone(),
+            keyring: railstore_s3::Keyring::default(),
         }
     }
 }
@@ -390,7 +396,21 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
                 }
             });
         }
-        let s3 = server.s3_config(access_key, secret_key);
+        let mut s3 = server.s3_config(access_key, secret_key);
+        let key_file = server
+            .sse_master_key_file
+            .clone()
+            .unwrap_or_else(|| cfg.data_dir.join("sse-master.key"));
+        let (keyring, made) = railstore_s3::Keyring::load_or_create(&key_file)
+            .with_context(|| format!("the SSE master key in {}", key_file.display()))?;
+        if made {
+            tracing::warn!(
+                file = %key_file.display(),
+                "made the master key of SSE-S3 and KMS objects: back it up, apart from the \
+                 devices; without it they cannot be read"
+            );
+        }
+        s3.keyring = keyring;
         if s3.sigv2 {
             tracing::warn!(
                 "AWS Signature Version 2 is accepted ([server] sigv2 = true): its signatures are \

@@ -292,6 +292,12 @@ fn serve_never_logs_the_secret_key_and_keeps_its_files_private() {
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&data.join("credentials.toml")), 0o600);
     assert_eq!(mode(&data), 0o700);
+    // The SSE master key was made on first start, private, and said so.
+    let master = data.join("sse-master.key");
+    assert_eq!(mode(&master), 0o600);
+    assert!(log.contains("made the master key"), "{log}");
+    let master_key = std::fs::read_to_string(&master).unwrap();
+    assert_eq!(master_key.trim().len(), 64);
     assert!(std::fs::read_dir(data.join("devices")).is_ok());
     let open = not_private(&data);
     assert!(open.is_empty(), "readable by others: {open:#?}");
@@ -310,6 +316,13 @@ fn serve_never_logs_the_secret_key_and_keeps_its_files_private() {
     assert!(log.contains(&access) && !log.contains(&secret), "{log}");
     assert_eq!(mode(&data), 0o700);
     assert_eq!(mode(&data.join("credentials.toml")), 0o600);
+    // The next start reads the same master key rather than making another.
+    assert!(!log.contains("made the master key"), "{log}");
+    assert_eq!(std::fs::read_to_string(&master).unwrap(), master_key);
+    assert!(
+        !log.contains(master_key.trim()),
+        "the master key is in the log"
+    );
 }
 
 /// VmHWM (the peak resident set) of a process, in bytes.

@@ -2,58 +2,91 @@
 
 use crate::errors::{err, invalid_argument, invalid_request, not_implemented, store_error};
 use crate::fields::*;
+use crate::multipart::part_number;
 use crate::service::RailS3;
+use crate::sse;
 use crate::util::{self, Conditions, Verdict};
-use railstore_store::PutOptions;
+use railstore_store::{Body, ObjectInfo, PartOptions, PutOptions, RangeSpec};
 use s3s::dto::*;
 use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
 use std::collections::BTreeMap;
 
-pub(crate) async fn copy_object(
-    s3: &RailS3,
-    req: S3Request<CopyObjectInput>,
-) -> S3Result<S3Response<CopyObjectOutput>> {
-    let S3Request { input, headers, .. } = req;
-    let (src_bucket, src_key) = match &input.copy_source {
+/// The bucket and key a copy reads (a version other than `null` is refused).
+fn copy_source(source: &CopySource) -> S3Result<(String, String)> {
+    match source {
         CopySource::Bucket {
             bucket,
             key,
             version_id,
         } => {
             check_version(version_id.as_deref())?;
-            (bucket.to_string(), key.to_string())
+            Ok((bucket.to_string(), key.to_string()))
         }
-        _ => {
-            return Err(not_implemented(
-                "copying from access points is not supported",
-            ))
+        _ => Err(not_implemented(
+            "copying from access points is not supported",
+        )),
+    }
+}
+
+/// Refuses a copy whose `x-amz-copy-source-if-*` conditions do not hold for `src`.
+macro_rules! check_source_conditions {
+    ($input:expr, $src:expr) => {{
+        let conditions = Conditions {
+            if_match: $input.copy_source_if_match.as_ref(),
+            if_none_match: $input.copy_source_if_none_match.as_ref(),
+            if_modified_since: $input.copy_source_if_modified_since.as_ref(),
+            if_unmodified_since: $input.copy_source_if_unmodified_since.as_ref(),
+        };
+        if conditions.evaluate(&$src.etag, $src.last_modified) != Verdict::Proceed {
+            return Err(err(
+                S3ErrorCode::PreconditionFailed,
+                "At least one of the pre-conditions you specified did not hold",
+            ));
         }
-    };
-    refuse_unsupported(
-        input.server_side_encryption.as_ref(),
-        input
-            .sse_customer_key
-            .as_ref()
-            .or(input.copy_source_sse_customer_key.as_ref()),
-        input.ssekms_key_id.as_ref(),
-        object_lock_requested!(input),
-    )?;
+    }};
+}
+
+/// Reads the source's bytes (`range` of them), decrypted with `key`; `src` is the version the
+/// checks were made on, and a newer one is refused rather than copied unchecked.
+async fn read_source(
+    s3: &RailS3,
+    bucket: &str,
+    key: &str,
+    src: &ObjectInfo,
+    range: Option<RangeSpec>,
+    data_key: Option<sse::DataKey>,
+) -> S3Result<Body> {
+    let got = s3
+        .store
+        .get_object(bucket, key, range)
+        .await
+        .map_err(store_error)?;
+    if got.info.etag != src.etag {
+        return Err(err(
+            S3ErrorCode::SlowDown,
+            "The copy source changed while it was copied; retry",
+        ));
+    }
+    Ok(sse::decrypt(got.body, data_key, &got.info, got.range.0))
+}
+
+pub(crate) async fn copy_object(
+    s3: &RailS3,
+    req: S3Request<CopyObjectInput>,
+) -> S3Result<S3Response<CopyObjectOutput>> {
+    let S3Request { input, headers, .. } = req;
+    let (src_bucket, src_key) = copy_source(&input.copy_source)?;
+    refuse_object_lock(object_lock_requested!(input))?;
+    let src_customer = sse::customer(sse::customer_headers!(input, copy_source))?;
+    s3.store.head_bucket(&input.bucket).map_err(store_error)?;
+    let dest_scheme = sse::write_scheme!(s3, input)?;
     let src = s3
         .store
         .head_object(&src_bucket, &src_key)
         .map_err(store_error)?;
-    let conditions = Conditions {
-        if_match: input.copy_source_if_match.as_ref(),
-        if_none_match: input.copy_source_if_none_match.as_ref(),
-        if_modified_since: input.copy_source_if_modified_since.as_ref(),
-        if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
-    };
-    if conditions.evaluate(&src.etag, src.last_modified) != Verdict::Proceed {
-        return Err(err(
-            S3ErrorCode::PreconditionFailed,
-            "At least one of the pre-conditions you specified did not hold",
-        ));
-    }
+    check_source_conditions!(input, src);
+    let src_sealed = sse::Sealed::from_headers(&src.headers)?;
+    let src_data_key = sse::open(src_sealed.as_ref(), src_customer.as_ref(), &s3.keyring)?;
     let replace = match input
         .metadata_directive
         .as_ref()
@@ -69,7 +102,10 @@ pub(crate) async fn copy_object(
     };
     let mechanism = s3.mechanism(&headers, input.storage_class.as_ref())?;
     let same = src_bucket == input.bucket && src_key == input.key;
-    if same && !replace && mechanism.is_none() && input.storage_class.is_none() {
+    let asks_encryption =
+        input.server_side_encryption.is_some() || input.sse_customer_algorithm.is_some();
+    if same && !replace && mechanism.is_none() && input.storage_class.is_none() && !asks_encryption
+    {
         return Err(invalid_request(
             "This copy request is illegal because it is trying to copy an object to itself \
              without changing the object's metadata, storage class, website redirect \
@@ -81,31 +117,50 @@ pub(crate) async fn copy_object(
     } else {
         BTreeMap::new()
     };
-    let options = if replace {
-        let mut o = put_options(object_fields!(input), mechanism)?;
-        o.checksums = body_checksums;
-        Some(o)
-    } else if mechanism.is_some() {
-        Some(PutOptions {
+    let mut options = if replace {
+        put_options(object_fields!(input), mechanism)?
+    } else {
+        let mut headers = src.headers.clone();
+        sse::strip(&mut headers);
+        PutOptions {
             content_type: src.content_type.clone(),
             user_metadata: src.user_metadata.clone(),
-            headers: src.headers.clone(),
-            checksums: body_checksums,
-            checksums_at_end: None,
-            content_md5: None,
+            headers,
             mechanism,
-            condition: None,
-        })
-    } else {
-        None
+            ..PutOptions::default()
+        }
     };
-    let info = s3
-        .store
-        .copy_object(&src_bucket, &src_key, &input.bucket, &input.key, options)
-        .await
-        .map_err(store_error)?;
+    options.checksums = body_checksums;
+    let (info, sealed) = if src_sealed.is_none() && dest_scheme.is_none() {
+        // In the clear both sides: the store copies, and keeps the source's fields when
+        // nothing changes them.
+        let options = (replace || mechanism.is_some()).then_some(options);
+        let info = s3
+            .store
+            .copy_object(&src_bucket, &src_key, &input.bucket, &input.key, options)
+            .await
+            .map_err(store_error)?;
+        (info, None)
+    } else {
+        let body = read_source(s3, &src_bucket, &src_key, &src, None, src_data_key).await?;
+        let (body, sealed) = match &dest_scheme {
+            None => (body, None),
+            Some(scheme) => {
+                let (sealed, key) = sse::seal_into(scheme, &s3.keyring, &mut options.headers)?;
+                let (body, sent_md5) = sse::encrypt(body, &sealed, &key, 0, None);
+                options.sent_md5 = sent_md5;
+                (body, Some(sealed))
+            }
+        };
+        let info = s3
+            .store
+            .put_object(&input.bucket, &input.key, body, options)
+            .await
+            .map_err(store_error)?;
+        (info, sealed)
+    };
     let c = ChecksumFields::from_map(&info.checksums);
-    let output = CopyObjectOutput {
+    let mut output = CopyObjectOutput {
         copy_object_result: Some(with_checksums!(
             CopyObjectResult {
                 e_tag: Some(ETag::Strong(info.etag.clone())),
@@ -115,8 +170,107 @@ pub(crate) async fn copy_object(
         )),
         ..CopyObjectOutput::default()
     };
+    sse::set_sse!(output, sse::Answer::of(sealed.as_ref()));
     Ok(S3Response::with_headers(
         output,
         mechanism_headers(&info.mechanism),
     ))
+}
+
+/// The bytes an `x-amz-copy-source-range` names: `bytes=first-last`, nothing else.
+fn copy_range(v: &str) -> S3Result<(u64, u64)> {
+    let parsed = v.strip_prefix("bytes=").and_then(|r| {
+        let (a, b) = r.split_once('-')?;
+        let all_digits = |s: &str| !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit());
+        if !all_digits(a) || !all_digits(b) {
+            return None;
+        }
+        Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?))
+    });
+    match parsed {
+        Some((first, last)) if first <= last => Ok((first, last)),
+        _ => Err(invalid_argument(
+            "The x-amz-copy-source-range value must be of the form bytes=first-last where \
+             first and last are the zero-based offsets of the first and last bytes to copy",
+        )),
+    }
+}
+
+pub(crate) async fn upload_part_copy(
+    s3: &RailS3,
+    req: S3Request<UploadPartCopyInput>,
+) -> S3Result<S3Response<UploadPartCopyOutput>> {
+    let input = req.input;
+    let (src_bucket, src_key) = copy_source(&input.copy_source)?;
+    let number = part_number(input.part_number)?;
+    let range = input
+        .copy_source_range
+        .as_deref()
+        .map(copy_range)
+        .transpose()?;
+    let customer = sse::customer(sse::customer_headers!(input))?;
+    let src_customer = sse::customer(sse::customer_headers!(input, copy_source))?;
+    let upload = s3
+        .store
+        .upload_options(&input.bucket, &input.key, &input.upload_id)
+        .map_err(store_error)?;
+    let sealed = sse::Sealed::from_headers(&upload.headers)?;
+    sse::check_customer(sealed.as_ref(), customer.as_ref())?;
+    let src = s3
+        .store
+        .head_object(&src_bucket, &src_key)
+        .map_err(store_error)?;
+    check_source_conditions!(input, src);
+    let src_sealed = sse::Sealed::from_headers(&src.headers)?;
+    let src_data_key = sse::open(src_sealed.as_ref(), src_customer.as_ref(), &s3.keyring)?;
+    let spec = match range {
+        None => None,
+        Some((_, last)) if last >= src.size => {
+            return Err(err(
+                S3ErrorCode::InvalidRange,
+                format!(
+                    "The x-amz-copy-source-range is outside the source object ({} bytes)",
+                    src.size
+                ),
+            ))
+        }
+        Some((first, last)) => Some(RangeSpec::FromTo {
+            first,
+            last: Some(last),
+        }),
+    };
+    let body = read_source(s3, &src_bucket, &src_key, &src, spec, src_data_key).await?;
+    let mut options = PartOptions::default();
+    let body = sse::part_body(
+        body,
+        sealed.as_ref(),
+        customer.as_ref(),
+        &s3.keyring,
+        number,
+        None,
+        &mut options,
+    )?;
+    let part = s3
+        .store
+        .upload_part(
+            &input.bucket,
+            &input.key,
+            &input.upload_id,
+            number,
+            body,
+            options,
+        )
+        .await
+        .map_err(store_error)?;
+    let mut output = UploadPartCopyOutput {
+        copy_part_result: Some(CopyPartResult {
+            e_tag: Some(ETag::Strong(part.etag)),
+            last_modified: Some(util::timestamp(part.last_modified)),
+            ..CopyPartResult::default()
+        }),
+        copy_source_version_id: None,
+        ..UploadPartCopyOutput::default()
+    };
+    sse::set_sse!(output, sse::Answer::of(sealed.as_ref()));
+    Ok(S3Response::new(output))
 }

@@ -264,16 +264,8 @@ pub(crate) fn put_options(
     })
 }
 
-/// Refuses what railstore does not do rather than pretending to.
-pub(crate) fn refuse_unsupported(
-    sse: Option<&ServerSideEncryption>,
-    sse_c: Option<&String>,
-    kms: Option<&String>,
-    lock: bool,
-) -> S3Result<()> {
-    if sse.is_some() || sse_c.is_some() || kms.is_some() {
-        return Err(not_implemented("server-side encryption is not supported"));
-    }
+/// Refuses object lock, which railstore does not do, rather than pretending to.
+pub(crate) fn refuse_object_lock(lock: bool) -> S3Result<()> {
     if lock {
         return Err(not_implemented("object lock is not supported"));
     }

@@ -28,7 +28,10 @@
 //!   of a multipart object, 1 of any other), HeadObject, conditional reads (`If-Match`, `If-None-Match`,
 //!   `If-Modified-Since`, `If-Unmodified-Since` → 304 / 412), DeleteObject, DeleteObjects
 //!   (quiet mode too; at most 1000 keys), CopyObject (`x-amz-metadata-directive` COPY or
-//!   REPLACE, `x-amz-copy-source-if-*`).
+//!   REPLACE, `x-amz-copy-source-if-*`), UploadPartCopy (`x-amz-copy-source-range`).
+//! - Server-side encryption (docs/s3.md): SSE-C, SSE-S3 and SSE-KMS (key ids derived from the
+//!   [`Keyring`]'s master key) on PutObject, CopyObject (both sides), CreateMultipartUpload,
+//!   UploadPart(Copy), GET and HEAD; Put/Get/DeleteBucketEncryption as the default.
 //! - Conditional writes: `If-None-Match: *` and `If-Match: "etag"` on PutObject and
 //!   CompleteMultipartUpload, `If-Match` on DeleteObject. The store checks them under the
 //!   key's lock, so of racing creates exactly one succeeds; a failed one is 412
@@ -58,11 +61,10 @@
 //!   with the mechanism in `x-railstore-mechanism`.
 //!
 //! # Not supported
-//! - Versioning, object lock, server-side encryption (SSE-S3, SSE-KMS, SSE-C: refused with
-//!   `NotImplemented`), ACLs and policies (accepted and ignored: the one key pair may do
-//!   everything), tagging, lifecycle, CORS, website, replication, notifications, SigV4a,
-//!   POST uploads (browser forms: refused, their file unread), UploadPartCopy,
-//!   GetObjectAttributes, SelectObjectContent.
+//! - Versioning, object lock (refused with `NotImplemented`), ACLs and policies (accepted
+//!   and ignored: the one key pair may do everything), tagging, lifecycle, CORS, website,
+//!   replication, notifications, SigV4a, POST uploads (browser forms: refused, their file
+//!   unread), GetObjectAttributes, SelectObjectContent.
 //! - Other conditional writes: `If-Match: *`, `If-None-Match` with an ETag, both at once,
 //!   and deletes conditional on time or size (`NotImplemented`).
 //! - GET/HEAD with `partNumber` on a multipart object completed before the store kept part
@@ -88,6 +90,7 @@ mod multipart;
 mod object;
 mod server;
 mod service;
+mod sse;
 mod util;
 
 pub use server::{
@@ -96,3 +99,4 @@ pub use server::{
     REQUEST_HEADER_BYTES_MAX, REQUEST_HEAD_BYTES_MAX, SHUTDOWN_GRACE,
 };
 pub use service::{RailS3, MECHANISM_HEADER};
+pub use sse::Keyring;

@@ -1,10 +1,11 @@
 //! Multipart uploads: create, upload a part, complete, abort, list parts and uploads.
 
 use crate::checksum::{self, Algorithm, Plan};
-use crate::errors::{err, invalid_argument, invalid_request, not_implemented, store_error};
+use crate::errors::{err, invalid_argument, invalid_request, store_error};
 use crate::fields::*;
 use crate::list::{common_prefixes, nonempty, page_size, url_encoded, Enc};
 use crate::service::RailS3;
+use crate::sse;
 use crate::util;
 use railstore_store::{PartOptions, PutOptions, StoreError};
 use s3s::dto::*;
@@ -33,7 +34,7 @@ fn checksum_type_name(full_object: bool) -> &'static str {
     }
 }
 
-fn part_number(n: i32) -> S3Result<u32> {
+pub(crate) fn part_number(n: i32) -> S3Result<u32> {
     u32::try_from(n)
         .ok()
         .filter(|n| (1..=railstore_store::PART_NUMBER_MAX).contains(n))
@@ -59,14 +60,16 @@ pub(crate) async fn create_multipart_upload(
     req: S3Request<CreateMultipartUploadInput>,
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
     let S3Request { input, headers, .. } = req;
-    refuse_unsupported(
-        input.server_side_encryption.as_ref(),
-        input.sse_customer_key.as_ref(),
-        input.ssekms_key_id.as_ref(),
-        object_lock_requested!(input),
-    )?;
+    refuse_object_lock(object_lock_requested!(input))?;
+    s3.store.head_bucket(&input.bucket).map_err(store_error)?;
+    let scheme = sse::write_scheme!(s3, input)?;
     let mechanism = s3.mechanism(&headers, input.storage_class.as_ref())?;
     let mut options = put_options(object_fields!(input), mechanism)?;
+    // The upload's data key, kept with it; each part is encrypted under it as it arrives.
+    let sealed = match &scheme {
+        Some(scheme) => Some(sse::seal_into(scheme, &s3.keyring, &mut options.headers)?.0),
+        None => None,
+    };
     let algorithm = match input.checksum_algorithm.as_ref() {
         None => None,
         Some(a) => Some(Algorithm::parse(a.as_str()).ok_or_else(|| {
@@ -106,7 +109,7 @@ pub(crate) async fn create_multipart_upload(
         .create_multipart(&input.bucket, &input.key, options)
         .await
         .map_err(store_error)?;
-    Ok(S3Response::new(CreateMultipartUploadOutput {
+    let mut output = CreateMultipartUploadOutput {
         bucket: Some(input.bucket),
         key: Some(input.key),
         upload_id: Some(upload_id),
@@ -114,7 +117,9 @@ pub(crate) async fn create_multipart_upload(
         checksum_type: algorithm
             .map(|_| ChecksumType::from(checksum_type_name(full_object).to_string())),
         ..CreateMultipartUploadOutput::default()
-    }))
+    };
+    sse::set_sse!(output, sse::Answer::of(sealed.as_ref()));
+    Ok(S3Response::new(output))
 }
 
 pub(crate) async fn upload_part(
@@ -127,14 +132,13 @@ pub(crate) async fn upload_part(
         trailing_headers,
         ..
     } = req;
-    if input.sse_customer_key.is_some() {
-        return Err(not_implemented("server-side encryption is not supported"));
-    }
     let number = part_number(input.part_number)?;
+    let customer = sse::customer(sse::customer_headers!(input))?;
     let upload = s3
         .store
         .upload_options(&input.bucket, &input.key, &input.upload_id)
         .map_err(store_error)?;
+    let sealed = sse::Sealed::from_headers(&upload.headers)?;
     let plan = checksum_plan!(
         input,
         upload_checksum(&upload).map(|(a, _)| a),
@@ -142,11 +146,20 @@ pub(crate) async fn upload_part(
         trailing_headers.as_ref()
     );
     let incoming = RailS3::incoming(input.body, plan, trailing_headers);
-    let options = PartOptions {
-        content_md5: content_md5(input.content_md5.as_ref())?,
+    let mut options = PartOptions {
         checksums: incoming.checksums.clone(),
         checksums_at_end: incoming.at_end.clone(),
+        ..PartOptions::default()
     };
+    let body = sse::part_body(
+        incoming.body,
+        sealed.as_ref(),
+        customer.as_ref(),
+        &s3.keyring,
+        number,
+        content_md5(input.content_md5.as_ref())?,
+        &mut options,
+    )?;
     let info = s3
         .store
         .upload_part(
@@ -154,19 +167,21 @@ pub(crate) async fn upload_part(
             &input.key,
             &input.upload_id,
             number,
-            incoming.body,
+            body,
             options,
         )
         .await
         .map_err(|e| incoming.outcome.error(e))?;
     let c = answered_checksums(&incoming.outcome, &incoming.checksums);
-    Ok(S3Response::new(with_checksums!(
+    let mut output = with_checksums!(
         UploadPartOutput {
             e_tag: Some(ETag::Strong(info.etag)),
         },
         c,
         untyped
-    )))
+    );
+    sse::set_sse!(output, sse::Answer::of(sealed.as_ref()));
+    Ok(S3Response::new(output))
 }
 
 pub(crate) async fn complete_multipart_upload(
@@ -175,6 +190,7 @@ pub(crate) async fn complete_multipart_upload(
 ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
     let input = req.input;
     let condition = write_condition(input.if_match.as_ref(), input.if_none_match.as_ref())?;
+    let customer = sse::customer(sse::customer_headers!(input))?;
     let listed = input
         .multipart_upload
         .as_ref()
@@ -202,7 +218,12 @@ pub(crate) async fn complete_multipart_upload(
         .store
         .upload_options(&input.bucket, &input.key, &input.upload_id)
     {
-        Ok(upload) => compose_checksums(s3, &input, listed, &parts, &upload)?,
+        Ok(upload) => {
+            // An SSE-C upload is completed only with its key, as every request of it.
+            let sealed = sse::Sealed::from_headers(&upload.headers)?;
+            sse::check_customer(sealed.as_ref(), customer.as_ref())?;
+            compose_checksums(s3, &input, listed, &parts, &upload)?
+        }
         // Completed already (a repeat returns the object) or no such upload: the store
         // answers either.
         Err(StoreError::NoSuchUpload(_)) => BTreeMap::new(),
@@ -221,15 +242,20 @@ pub(crate) async fn complete_multipart_upload(
         .await
         .map_err(store_error)?;
     let c = ChecksumFields::from_map(&info.checksums);
-    Ok(S3Response::new(with_checksums!(
+    let answer = sse::Answer::of(sse::Sealed::from_headers(&info.headers)?.as_ref());
+    let output = with_checksums!(
         CompleteMultipartUploadOutput {
             bucket: Some(input.bucket.clone()),
             key: Some(input.key.clone()),
             e_tag: Some(ETag::Strong(info.etag)),
             location: Some(format!("/{}/{}", input.bucket, input.key)),
+            server_side_encryption: answer.sse.clone(),
+            ssekms_key_id: answer.kms_key_id.clone(),
         },
         c
-    )))
+    );
+    // The output has no fields for SSE-C.
+    Ok(S3Response::with_headers(output, answer.customer_headers()))
 }
 
 pub(crate) async fn abort_multipart_upload(

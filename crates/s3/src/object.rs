@@ -5,6 +5,7 @@ use crate::checksum::{Algorithm, Plan};
 use crate::errors::{err, invalid_request, not_implemented, store_error};
 use crate::fields::*;
 use crate::service::RailS3;
+use crate::sse;
 use crate::util::{self, Conditions, Verdict};
 use futures_util::StreamExt;
 use http::{HeaderMap, HeaderValue, StatusCode};
@@ -171,12 +172,7 @@ pub(crate) async fn put_object(
         trailing_headers,
         ..
     } = req;
-    refuse_unsupported(
-        input.server_side_encryption.as_ref(),
-        input.sse_customer_key.as_ref(),
-        input.ssekms_key_id.as_ref(),
-        object_lock_requested!(input),
-    )?;
+    refuse_object_lock(object_lock_requested!(input))?;
     let condition = write_condition(input.if_match.as_ref(), input.if_none_match.as_ref())?;
     if input.write_offset_bytes.is_some() {
         return Err(not_implemented(
@@ -184,26 +180,40 @@ pub(crate) async fn put_object(
         ));
     }
     s3.store.head_bucket(&input.bucket).map_err(store_error)?;
+    let scheme = sse::write_scheme!(s3, input)?;
     let mechanism = s3.mechanism(&headers, input.storage_class.as_ref())?;
     let mut options = put_options(object_fields!(input), mechanism)?;
-    options.content_md5 = content_md5(input.content_md5.as_ref())?;
+    let content_md5 = content_md5(input.content_md5.as_ref())?;
     options.condition = condition;
     let plan = checksum_plan!(input, None, &headers, trailing_headers.as_ref());
     let incoming = RailS3::incoming(input.body, plan, trailing_headers);
     options.checksums = incoming.checksums.clone();
     options.checksums_at_end = incoming.at_end.clone();
+    let (body, sealed) = match &scheme {
+        None => {
+            options.content_md5 = content_md5;
+            (incoming.body, None)
+        }
+        Some(scheme) => {
+            let (sealed, key) = sse::seal_into(scheme, &s3.keyring, &mut options.headers)?;
+            let (body, sent_md5) = sse::encrypt(incoming.body, &sealed, &key, 0, content_md5);
+            options.sent_md5 = sent_md5;
+            (body, Some(sealed))
+        }
+    };
     let info = s3
         .store
-        .put_object(&input.bucket, &input.key, incoming.body, options)
+        .put_object(&input.bucket, &input.key, body, options)
         .await
         .map_err(|e| incoming.outcome.error(e))?;
     let c = answered_checksums(&incoming.outcome, &incoming.checksums);
-    let output = with_checksums!(
+    let mut output = with_checksums!(
         PutObjectOutput {
             e_tag: Some(ETag::Strong(info.etag.clone())),
         },
         c
     );
+    sse::set_sse!(output, sse::Answer::of(sealed.as_ref()));
     Ok(S3Response::with_headers(
         output,
         mechanism_headers(&info.mechanism),
@@ -216,6 +226,8 @@ pub(crate) async fn get_object(
 ) -> S3Result<S3Response<GetObjectOutput>> {
     let input = &req.input;
     check_version(input.version_id.as_deref())?;
+    sse::refuse_on_read(&req.headers)?;
+    let customer = sse::customer(sse::customer_headers!(input))?;
     let conditions = read_conditions!(input);
     let mut range = range_spec(input.range.as_ref());
     // The part's bytes, as a range of the object version they were found in.
@@ -261,6 +273,8 @@ pub(crate) async fn get_object(
             "The object changed while its part was read; retry",
         ));
     }
+    let sealed = sse::Sealed::from_headers(&info.headers)?;
+    let key = sse::open(sealed.as_ref(), customer.as_ref(), &s3.keyring)?;
     verdict_error(conditions.evaluate(&info.etag, info.last_modified), info)?;
     let (start, end) = got.range;
     let whole = range.is_none();
@@ -268,8 +282,9 @@ pub(crate) async fn get_object(
     let d = described(info, checksum_mode, whole);
     let content_range = content_range(whole, start, end, info.size);
     let what = format!("{}/{}", input.bucket, input.key);
-    let body = Outgoing::new(got.body, end - start, what);
-    let output = described_output!(
+    let body = sse::decrypt(got.body, key, info, start);
+    let body = Outgoing::new(body, end - start, what);
+    let mut output = described_output!(
         GetObjectOutput {
             accept_ranges: Some("bytes".to_string()),
             body: Some(StreamingBlob::new(body)),
@@ -279,6 +294,7 @@ pub(crate) async fn get_object(
         },
         d
     );
+    sse::set_sse!(output, sse::Answer::of(sealed.as_ref()));
     Ok(S3Response::with_headers(
         output,
         mechanism_headers(&info.mechanism),
@@ -291,16 +307,21 @@ pub(crate) async fn head_object(
 ) -> S3Result<S3Response<HeadObjectOutput>> {
     let input = &req.input;
     check_version(input.version_id.as_deref())?;
+    sse::refuse_on_read(&req.headers)?;
+    let customer = sse::customer(sse::customer_headers!(input))?;
     let info = s3
         .store
         .head_object(&input.bucket, &input.key)
         .map_err(store_error)?;
+    let sealed = sse::Sealed::from_headers(&info.headers)?;
     let conditions = read_conditions!(input);
     verdict_error(conditions.evaluate(&info.etag, info.last_modified), &info)?;
     let mut range = range_spec(input.range.as_ref());
     if let Some(n) = input.part_number {
         range = part_spec(&info, part_range(&info, n, range)?);
     }
+    // The key is checked, though nothing is decrypted: a HEAD without it is refused as a GET.
+    sse::open(sealed.as_ref(), customer.as_ref(), &s3.keyring)?;
     let (start, end) = match range {
         None => (0, info.size),
         Some(r) => r.resolve(info.size).map_err(store_error)?,
@@ -308,7 +329,7 @@ pub(crate) async fn head_object(
     let whole = range.is_none();
     let checksum_mode = checksum_mode_enabled(input.checksum_mode.as_ref());
     let d = described(&info, checksum_mode, whole);
-    let output = described_output!(
+    let mut output = described_output!(
         HeadObjectOutput {
             accept_ranges: Some("bytes".to_string()),
             content_length: Some((end - start) as i64),
@@ -317,6 +338,7 @@ pub(crate) async fn head_object(
         },
         d
     );
+    sse::set_sse!(output, sse::Answer::of(sealed.as_ref()));
     let mut resp = S3Response::with_headers(output, mechanism_headers(&info.mechanism));
     if !whole {
         resp.status = Some(StatusCode::PARTIAL_CONTENT);

@@ -45,6 +45,9 @@ pub struct S3Config {
     /// When set, `GET /metrics` and `GET /status` require `Authorization: Bearer <token>`
     /// (others get 401). When `None` they are open to anyone who can reach the listener.
     pub operator_token: Option<String>,
+    /// The master key of SSE-S3 and KMS ([`crate::Keyring::load_or_create`]); without one they are
+    /// refused (SSE-C needs none).
+    pub keyring: crate::Keyring,
 }
 
 /// Limits on what one client can make the server hold. Every one has a default
@@ -90,6 +93,7 @@ impl Default for S3Config {
             limits: Limits::default(),
             sigv2: false,
             operator_token: None,
+            keyring: crate::Keyring::default(),
         }
     }
 }
@@ -108,6 +112,7 @@ impl std::fmt::Debug for S3Config {
                 "operator_token",
                 &self.operator_token.as_ref().map(|_| "<hidden>"),
             )
+            .field("keyring", &self.keyring)
             .finish()
     }
 }
@@ -188,7 +193,9 @@ pub fn s3_service(store: Store, cfg: &S3Config) -> Result<S3Service, ServeError>
             "the operator token must not be empty".into(),
         ));
     }
-    let mut builder = S3ServiceBuilder::new(RailS3::new(store, cfg.region.clone()));
+    let mut builder = S3ServiceBuilder::new(
+        RailS3::new(store, cfg.region.clone()).with_keyring(cfg.keyring.clone()),
+    );
     // s3s never sees a POST form (the router answers those), but should one get through,
     // these bound what it buffers.
     let mut s3s_config = s3s::config::S3Config::default();

@@ -1,9 +1,10 @@
 //! [`RailS3`]: the S3 API over a store, and the one table that routes each operation to
-//! the module of its resource (`bucket`, `object`, `copy`, `list`, `multipart`).
+//! the module of its resource (`bucket`, `object`, `copy`, `list`, `multipart`, `sse`).
 
 use crate::checksum::{Outcome, Plan, Verified, Verifier};
 use crate::errors::{err, invalid_argument};
 use crate::fields::Incoming;
+use crate::sse::{self, Keyring};
 use crate::{bucket, copy, list, multipart, object};
 use http::HeaderMap;
 use railstore_store::{ChecksumsAtEnd, Mechanism, Store};
@@ -20,15 +21,24 @@ pub const MECHANISM_HEADER: &str = "x-railstore-mechanism";
 pub struct RailS3 {
     pub(crate) store: Store,
     pub(crate) region: String,
+    pub(crate) keyring: Keyring,
 }
 
 impl RailS3 {
-    /// Serves `store`, answering for `region`.
+    /// Serves `store`, answering for `region`, with no master key (SSE-S3 and KMS refused;
+    /// see [`RailS3::with_keyring`]).
     pub fn new(store: Store, region: impl Into<String>) -> RailS3 {
         RailS3 {
             store,
             region: region.into(),
+            keyring: Keyring::default(),
         }
+    }
+
+    /// The same, encrypting with `keyring`'s master key for SSE-S3 and KMS.
+    pub fn with_keyring(mut self, keyring: Keyring) -> RailS3 {
+        self.keyring = keyring;
+        self
     }
 
     /// The store it serves.
@@ -134,12 +144,16 @@ routes! {
     bucket::head_bucket(HeadBucketInput) -> HeadBucketOutput;
     bucket::get_bucket_location(GetBucketLocationInput) -> GetBucketLocationOutput;
     bucket::get_bucket_versioning(GetBucketVersioningInput) -> GetBucketVersioningOutput;
+    sse::put_bucket_encryption(PutBucketEncryptionInput) -> PutBucketEncryptionOutput;
+    sse::get_bucket_encryption(GetBucketEncryptionInput) -> GetBucketEncryptionOutput;
+    sse::delete_bucket_encryption(DeleteBucketEncryptionInput) -> DeleteBucketEncryptionOutput;
     object::put_object(PutObjectInput) -> PutObjectOutput;
     object::get_object(GetObjectInput) -> GetObjectOutput;
     object::head_object(HeadObjectInput) -> HeadObjectOutput;
     object::delete_object(DeleteObjectInput) -> DeleteObjectOutput;
     object::delete_objects(DeleteObjectsInput) -> DeleteObjectsOutput;
     copy::copy_object(CopyObjectInput) -> CopyObjectOutput;
+    copy::upload_part_copy(UploadPartCopyInput) -> UploadPartCopyOutput;
     list::list_objects_v2(ListObjectsV2Input) -> ListObjectsV2Output;
     list::list_objects(ListObjectsInput) -> ListObjectsOutput;
     list::list_object_versions(ListObjectVersionsInput) -> ListObjectVersionsOutput;

@@ -155,6 +155,10 @@ post_form_bytes_max = 65536
 sigv2 = false
 # Bearer token that GET /metrics and GET /status require; without one they are open.
 # operator_token = "..."
+# The master key of SSE-S3 and KMS objects (64 hex digits), made at first start. Back it up
+# apart from the devices: without it those objects cannot be read. Default:
+# <data_dir>/sse-master.key.
+# sse_master_key_file = "/etc/railstore/sse-master.key"
 
 [devices]
 # file: log-structured devices (folders under <data_dir>/devices, or the paths below);

@@ -27,6 +27,6 @@ pub use railstore_redundancy::{Mechanism, RepairOptions, RepairProgress, RepairR
 pub use store::{check_bucket_name, Store, KEY_BYTES_MAX};
 pub use types::{
     body_from, collect_body, Body, BucketInfo, ChecksumsAtEnd, GetObject, ListEntry, ListPage,
-    ListQuery, ObjectInfo, PartInfo, PartOptions, PutOptions, RangeSpec, UploadInfo,
+    ListQuery, ObjectInfo, PartInfo, PartOptions, PutOptions, RangeSpec, SentMd5, UploadInfo,
     WriteCondition,
 };

@@ -120,6 +120,7 @@ impl Store {
             let info = BucketInfo {
                 name: rec.name.clone(),
                 created: rec.created,
+                settings: rec.settings,
             };
             buckets.insert(rec.name, Bucket::new(info, rec.id));
         }

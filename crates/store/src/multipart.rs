@@ -20,7 +20,8 @@ use crate::record::{
 };
 use crate::store::{Store, Stored, WrittenBody};
 use crate::types::{
-    Body, ChecksumsAtEnd, ObjectInfo, PartInfo, PartOptions, PutOptions, UploadInfo, WriteCondition,
+    Body, ChecksumsAtEnd, ObjectInfo, PartInfo, PartOptions, PutOptions, SentMd5, UploadInfo,
+    WriteCondition,
 };
 use md5::{Digest, Md5};
 use railstore_device::StoreMode;
@@ -176,6 +177,7 @@ impl Store {
             content_md5,
             checksums,
             checksums_at_end,
+            sent_md5,
         } = options;
         self.check_open()?;
         if !(1..=PART_NUMBER_MAX).contains(&number) {
@@ -202,7 +204,7 @@ impl Store {
         }
         let info = PartInfo {
             number,
-            etag: hex::encode(written.md5),
+            etag: SentMd5::etag(sent_md5.as_ref(), written.md5),
             size: written.size,
             last_modified: SystemTime::now(),
             checksums: ChecksumsAtEnd::added_to(checksums_at_end.as_ref(), checksums),
@@ -375,6 +377,7 @@ impl Store {
             mechanism: chosen[0].mechanism.clone(),
             parts: parts.len() as u32,
             part_sizes: chosen.iter().map(|p| p.info.size).collect(),
+            part_numbers: chosen.iter().map(|p| p.info.number).collect(),
         };
         let written = WrittenBody {
             size,
@@ -538,6 +541,7 @@ impl Store {
                 .collect(),
             checksums_at_end: None,
             content_md5: None,
+            sent_md5: None,
             mechanism: o.mechanism.as_deref().map(Mechanism::parse).transpose()?,
             condition: None,
         })

@@ -103,6 +103,8 @@ pub(crate) struct BucketRecord {
     pub id: u64,
     #[serde(with = "unix_nanos")]
     pub created: SystemTime,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub settings: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -204,6 +206,7 @@ mod tests {
             mechanism: "rep3".into(),
             parts: 0,
             part_sizes: Vec::new(),
+            part_numbers: Vec::new(),
         }
     }
 

@@ -23,7 +23,7 @@ use crate::record::{
 };
 use crate::types::{
     Body, BucketInfo, ChecksumsAtEnd, GetObject, ListEntry, ListPage, ListQuery, ObjectInfo,
-    PutOptions, RangeSpec, WriteCondition,
+    PutOptions, RangeSpec, SentMd5, WriteCondition,
 };
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -307,6 +307,7 @@ impl Store {
             name: name.to_string(),
             id: rand::random::<u64>() | 1,
             created: now(),
+            settings: BTreeMap::new(),
         };
         self.inner
             .manager
@@ -321,6 +322,7 @@ impl Store {
         let info = BucketInfo {
             name: rec.name,
             created: rec.created,
+            settings: rec.settings,
         };
         self.inner
             .state
@@ -333,6 +335,55 @@ impl Store {
             .buckets_created
             .fetch_add(1, Ordering::Relaxed);
         Ok(true)
+    }
+
+    /// One of a bucket's settings (see [`BucketInfo::settings`]).
+    pub fn bucket_setting(&self, bucket: &str, name: &str) -> Result<Option<String>> {
+        let st = self.inner.state.read().unwrap();
+        Ok(st.bucket(bucket)?.info.settings.get(name).cloned())
+    }
+
+    /// Sets (or with `None` removes) one of a bucket's settings, durably before it returns.
+    pub async fn set_bucket_setting(
+        &self,
+        bucket: &str,
+        name: &str,
+        value: Option<String>,
+    ) -> Result<()> {
+        self.check_open()?;
+        // Bucket creation and deletion take this lock too: the record written here is the
+        // bucket's, not a deleted one's.
+        let _ops = self.inner.bucket_ops.lock().await;
+        let rec = {
+            let st = self.inner.state.read().unwrap();
+            let b = st.bucket(bucket)?;
+            let mut settings = b.info.settings.clone();
+            match &value {
+                Some(v) => settings.insert(name.to_string(), v.clone()),
+                None => settings.remove(name),
+            };
+            BucketRecord {
+                name: bucket.to_string(),
+                id: b.id,
+                created: b.info.created,
+                settings,
+            }
+        };
+        self.inner
+            .manager
+            .put(
+                &bucket_key(bucket),
+                &encode(Kind::Bucket, &rec, b""),
+                StoreMode::Upsert,
+                None,
+            )
+            .await?;
+        self.durable().await?;
+        let mut st = self.inner.state.write().unwrap();
+        if let Some(b) = st.buckets.get_mut(bucket) {
+            b.info.settings = rec.settings;
+        }
+        Ok(())
     }
 
     /// Deletes an empty bucket (no objects and no multipart uploads in progress).
@@ -426,7 +477,7 @@ impl Store {
         let info = ObjectInfo {
             key: key.to_string(),
             size: written.size,
-            etag: hex::encode(written.md5),
+            etag: SentMd5::etag(options.sent_md5.as_ref(), written.md5),
             last_modified: now(),
             content_type: options.content_type,
             user_metadata: options.user_metadata,
@@ -438,6 +489,7 @@ impl Store {
             mechanism: written.mechanism.to_string(),
             parts: 0,
             part_sizes: Vec::new(),
+            part_numbers: Vec::new(),
         };
         if !written.chunks.is_empty() {
             // The chunks are durable before any record names them.
@@ -768,6 +820,7 @@ impl Store {
                 },
                 checksums_at_end: None,
                 content_md5: None,
+                sent_md5: None,
                 mechanism: Mechanism::parse(&src.info.mechanism).ok(),
                 condition: None,
             },

@@ -49,6 +49,9 @@ pub struct PutOptions {
     pub checksums_at_end: Option<ChecksumsAtEnd>,
     /// `Content-MD5`: the store checks it against the body it receives.
     pub content_md5: Option<[u8; 16]>,
+    /// The MD5 of the body as the client sent it, for a body the caller transformed
+    /// (encrypted): the ETag is made from it instead of from the bytes stored.
+    pub sent_md5: Option<SentMd5>,
     /// The mechanism for this object (custom mode); `None` lets the hybrid policy choose by
     /// size.
     pub mechanism: Option<Mechanism>,
@@ -118,7 +121,41 @@ pub struct PartOptions {
     pub checksums: BTreeMap<String, String>,
     /// Checksums whose values are known only at the body's end, stored with `checksums`.
     pub checksums_at_end: Option<ChecksumsAtEnd>,
+    /// As [`PutOptions::sent_md5`]: the part's ETag is made from it.
+    pub sent_md5: Option<SentMd5>,
 }
+
+/// The MD5 of a body as the client sent it, known once the body has ended: for a body the
+/// caller transforms on its way to the store (encryption), whose ETag is still the MD5 of what
+/// the client sent.
+#[derive(Clone)]
+pub struct SentMd5(Arc<dyn Fn() -> Option<[u8; 16]> + Send + Sync>);
+
+impl SentMd5 {
+    /// `md5` is called once the body has ended without error.
+    pub fn new(md5: impl Fn() -> Option<[u8; 16]> + Send + Sync + 'static) -> Self {
+        SentMd5(Arc::new(md5))
+    }
+
+    /// The ETag of a body whose stored bytes have MD5 `stored`.
+    pub(crate) fn etag(sent: Option<&SentMd5>, stored: [u8; 16]) -> String {
+        hex::encode(sent.and_then(|f| (f.0)()).unwrap_or(stored))
+    }
+}
+
+impl fmt::Debug for SentMd5 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SentMd5(..)")
+    }
+}
+
+impl PartialEq for SentMd5 {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for SentMd5 {}
 
 /// Checksum values that become known only once the whole body has been read: an aws-chunked
 /// trailer, or values the caller computes while the body streams. The store asks for them
@@ -189,6 +226,9 @@ pub struct ObjectInfo {
     /// completed before sizes were kept): GET by part number and SSE find parts by them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub part_sizes: Vec<u64>,
+    /// The upload's numbers of those parts, in order (with `part_sizes`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub part_numbers: Vec<u32>,
 }
 
 /// A byte range as a request states it.
@@ -254,6 +294,10 @@ pub struct BucketInfo {
     /// When it was created.
     #[serde(with = "unix_nanos")]
     pub created: SystemTime,
+    /// Its settings by name (the S3 layer's bucket configurations: encryption, CORS, …), kept
+    /// as the caller gave them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub settings: BTreeMap<String, String>,
 }
 
 /// A listing request (ListObjects V1 and V2 both reduce to it).

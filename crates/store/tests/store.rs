@@ -103,6 +103,42 @@ async fn buckets_follow_s3_rules() {
     ));
 }
 
+/// Bucket settings are durable, per bucket, and go with their bucket.
+#[tokio::test]
+async fn bucket_settings_persist_and_go_with_the_bucket() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(DeviceKind::File, dir.path(), false);
+    let store = Store::open(cfg.clone()).await.unwrap();
+    store.create_bucket("one").await.unwrap();
+    store.create_bucket("two").await.unwrap();
+    store
+        .set_bucket_setting("one", "encryption", Some("<xml/>".into()))
+        .await
+        .unwrap();
+    store
+        .set_bucket_setting("one", "cors", Some("rules".into()))
+        .await
+        .unwrap();
+    store.set_bucket_setting("one", "cors", None).await.unwrap();
+    assert!(matches!(
+        store
+            .set_bucket_setting("nope", "cors", Some("x".into()))
+            .await,
+        Err(StoreError::NoSuchBucket(_))
+    ));
+    store.shutdown().await.unwrap();
+    drop(store);
+    let store = Store::open(cfg.clone()).await.unwrap();
+    let got = |b: &str, n: &str| store.bucket_setting(b, n).unwrap();
+    assert_eq!(got("one", "encryption").as_deref(), Some("<xml/>"));
+    assert_eq!(got("one", "cors"), None);
+    assert_eq!(got("two", "encryption"), None);
+    store.delete_bucket("one").await.unwrap();
+    store.create_bucket("one").await.unwrap();
+    assert_eq!(got("one", "encryption"), None, "a new bucket starts bare");
+    store.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn objects_of_every_size_round_trip_with_ranges_and_metadata() {
     let dir = tempfile::tempdir().unwrap();

@@ -330,6 +330,23 @@ pub fn data(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
+/// A CompleteMultipartUpload body listing `(part number, ETag)`s.
+pub fn completed(parts: &[(i32, String)]) -> aws_sdk_s3::types::CompletedMultipartUpload {
+    aws_sdk_s3::types::CompletedMultipartUpload::builder()
+        .set_parts(Some(
+            parts
+                .iter()
+                .map(|(n, e)| {
+                    aws_sdk_s3::types::CompletedPart::builder()
+                        .part_number(*n)
+                        .e_tag(e)
+                        .build()
+                })
+                .collect(),
+        ))
+        .build()
+}
+
 pub fn md5_hex(data: &[u8]) -> String {
     use s3s::crypto::Checksum;
     s3s::crypto::Md5::checksum(data)

@@ -4,6 +4,7 @@
 mod buckets;
 mod checksums;
 mod common;
+mod encryption;
 mod hostile;
 mod listing;
 mod multipart;

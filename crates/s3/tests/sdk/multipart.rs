@@ -6,17 +6,6 @@ use s3s::crypto::Checksum;
 
 const MIB: usize = 1 << 20;
 
-fn completed(parts: &[(i32, String)]) -> CompletedMultipartUpload {
-    CompletedMultipartUpload::builder()
-        .set_parts(Some(
-            parts
-                .iter()
-                .map(|(n, e)| CompletedPart::builder().part_number(*n).e_tag(e).build())
-                .collect(),
-        ))
-        .build()
-}
-
 fn multipart_etag(parts: &[&[u8]]) -> String {
     let mut md5s = Vec::new();
     for p in parts {
