@@ -53,6 +53,33 @@ pub(crate) async fn list_buckets(
     }))
 }
 
+const US_EAST_1: &str = "us-east-1";
+/// The legacy name of eu-west-1 as a location constraint.
+const LEGACY_EU: &str = "EU";
+/// The bucket setting that keeps a legacy location constraint.
+const LOCATION_SETTING: &str = "location";
+
+/// A CreateBucket location constraint as AWS takes it at an endpoint for `region`: the
+/// region's own name (`EU` too for eu-west-1), or none (the endpoint's region; AWS insists on
+/// the name outside us-east-1, railstore does not); us-east-1's own name is refused there.
+fn check_location(constraint: Option<&str>, region: &str) -> S3Result<()> {
+    match constraint {
+        None => Ok(()),
+        Some(c) if region == US_EAST_1 && c == US_EAST_1 => Err(err(
+            S3ErrorCode::InvalidLocationConstraint,
+            "The specified location-constraint is not valid: us-east-1 takes none",
+        )),
+        Some(c) if c == region || (c == LEGACY_EU && region == "eu-west-1") => Ok(()),
+        Some(c) => Err(err(
+            S3ErrorCode::IllegalLocationConstraintException,
+            format!(
+                "The {c} location constraint is incompatible for the region specific endpoint \
+                 this request was sent to ({region})."
+            ),
+        )),
+    }
+}
+
 pub(crate) async fn create_bucket(
     s3: &RailS3,
     req: S3Request<CreateBucketInput>,
@@ -64,18 +91,7 @@ pub(crate) async fn create_bucket(
         .and_then(|c| c.location_constraint.as_ref())
         .map(|c| c.as_str().to_string())
         .filter(|c| !c.is_empty());
-    if let Some(c) = constraint {
-        if c != s3.region {
-            return Err(err(
-                S3ErrorCode::IllegalLocationConstraintException,
-                format!(
-                    "The {c} location constraint is incompatible for the region specific \
-                     endpoint this request was sent to ({}).",
-                    s3.region
-                ),
-            ));
-        }
-    }
+    check_location(constraint.as_deref(), &s3.region)?;
     if input.object_lock_enabled_for_bucket == Some(true) {
         return Err(not_implemented("object lock is not supported"));
     }
@@ -86,6 +102,12 @@ pub(crate) async fn create_bucket(
         .map_err(store_error)?;
     if !created {
         tracing::debug!(bucket = %input.bucket, "bucket re-created by its owner");
+    } else if constraint.as_deref() == Some(LEGACY_EU) {
+        // GetBucketLocation answers the legacy name the bucket was made with.
+        s3.store
+            .set_bucket_setting(&input.bucket, LOCATION_SETTING, Some(LEGACY_EU.into()))
+            .await
+            .map_err(store_error)?;
     }
     Ok(S3Response::new(CreateBucketOutput {
         location: Some(format!("/{}", input.bucket)),
@@ -123,9 +145,14 @@ pub(crate) async fn get_bucket_location(
     s3.store
         .head_bucket(&req.input.bucket)
         .map_err(store_error)?;
+    let stored = s3
+        .store
+        .bucket_setting(&req.input.bucket, LOCATION_SETTING)
+        .map_err(store_error)?;
     // S3 answers an empty constraint for us-east-1.
-    let location_constraint =
-        (s3.region != "us-east-1").then(|| BucketLocationConstraint::from(s3.region.clone()));
+    let location_constraint = stored
+        .or_else(|| (s3.region != US_EAST_1).then(|| s3.region.clone()))
+        .map(BucketLocationConstraint::from);
     Ok(S3Response::new(GetBucketLocationOutput {
         location_constraint,
     }))

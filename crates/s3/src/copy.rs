@@ -5,6 +5,7 @@ use crate::fields::*;
 use crate::multipart::part_number;
 use crate::service::RailS3;
 use crate::sse;
+use crate::tagging;
 use crate::util::{self, Conditions, Verdict};
 use railstore_store::{Body, ObjectInfo, PartOptions, PutOptions, RangeSpec};
 use s3s::dto::*;
@@ -104,7 +105,12 @@ pub(crate) async fn copy_object(
     let same = src_bucket == input.bucket && src_key == input.key;
     let asks_encryption =
         input.server_side_encryption.is_some() || input.sse_customer_algorithm.is_some();
-    if same && !replace && mechanism.is_none() && input.storage_class.is_none() && !asks_encryption
+    if same
+        && !replace
+        && mechanism.is_none()
+        && input.storage_class.is_none()
+        && !asks_encryption
+        && input.tagging_directive.is_none()
     {
         return Err(invalid_request(
             "This copy request is illegal because it is trying to copy an object to itself \
@@ -131,10 +137,35 @@ pub(crate) async fn copy_object(
         }
     };
     options.checksums = body_checksums;
+    // The tags: the source's (`COPY`, the default) or the request's (`REPLACE`).
+    let replace_tags = match input
+        .tagging_directive
+        .as_ref()
+        .map(TaggingDirective::as_str)
+    {
+        None | Some(TaggingDirective::COPY) => false,
+        Some(TaggingDirective::REPLACE) => true,
+        Some(other) => {
+            return Err(invalid_argument(format!(
+                "Unknown tagging directive {other:?}"
+            )))
+        }
+    };
+    let tags = if replace_tags {
+        input
+            .tagging
+            .as_deref()
+            .map(tagging::from_header)
+            .transpose()?
+            .unwrap_or_default()
+    } else {
+        tagging::stored(&src)
+    };
+    tagging::set_stored(&mut options.headers, &tags);
     let (info, sealed) = if src_sealed.is_none() && dest_scheme.is_none() {
         // In the clear both sides: the store copies, and keeps the source's fields when
         // nothing changes them.
-        let options = (replace || mechanism.is_some()).then_some(options);
+        let options = (replace || replace_tags || mechanism.is_some()).then_some(options);
         let info = s3
             .store
             .copy_object(&src_bucket, &src_key, &input.bucket, &input.key, options)

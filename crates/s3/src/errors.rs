@@ -43,6 +43,13 @@ pub(crate) fn err(code: S3ErrorCode, msg: impl Into<String>) -> S3Error {
 }
 
 /// `InvalidArgument` with a message.
+/// A bucket configuration that is not set (CORS, tagging, encryption): 404, as S3.
+pub(crate) fn no_configuration(code: S3ErrorCode, msg: &str) -> S3Error {
+    let mut e = err(code, msg);
+    e.set_status_code(http::StatusCode::NOT_FOUND);
+    e
+}
+
 pub(crate) fn invalid_argument(msg: impl Into<String>) -> S3Error {
     err(S3ErrorCode::InvalidArgument, msg)
 }

@@ -10,6 +10,8 @@
 //!   pair — `Authorization` header, presigned URL, and aws-chunked bodies (signed or
 //!   unsigned, with trailers). Anonymous requests get `AccessDenied` before their body is
 //!   read. Signature V2 is refused (`AccessDenied`) unless [`S3Config::sigv2`] is set.
+//!   `OPTIONS` (CORS preflights) is answered before authentication, from the bucket's CORS
+//!   rules.
 //!
 //! # Hostile clients
 //! [`Limits`] bounds what one client can make the server hold: connections at once, the time
@@ -32,6 +34,12 @@
 //! - Server-side encryption (docs/s3.md): SSE-C, SSE-S3 and SSE-KMS (key ids derived from the
 //!   [`Keyring`]'s master key) on PutObject, CopyObject (both sides), CreateMultipartUpload,
 //!   UploadPart(Copy), GET and HEAD; Put/Get/DeleteBucketEncryption as the default.
+//! - Tagging: `x-amz-tagging` on writes, Get/Put/DeleteObjectTagging, `x-amz-tagging-count`,
+//!   Get/Put/DeleteBucketTagging. CORS: Put/Get/DeleteBucketCors, preflight `OPTIONS`
+//!   (answered by the router, unsigned) and CORS headers on answers to requests with an
+//!   `Origin`.
+//! - Regions: a request signed for another region is 400 `AuthorizationHeaderMalformed`
+//!   naming the right one; location constraints as AWS takes them for the configured region.
 //! - Conditional writes: `If-None-Match: *` and `If-Match: "etag"` on PutObject and
 //!   CompleteMultipartUpload, `If-Match` on DeleteObject. The store checks them under the
 //!   key's lock, so of racing creates exactly one succeeds; a failed one is 412
@@ -62,9 +70,9 @@
 //!
 //! # Not supported
 //! - Versioning, object lock (refused with `NotImplemented`), ACLs and policies (accepted
-//!   and ignored: the one key pair may do everything), tagging, lifecycle, CORS, website,
-//!   replication, notifications, SigV4a, POST uploads (browser forms: refused, their file
-//!   unread), GetObjectAttributes, SelectObjectContent.
+//!   and ignored: the one key pair may do everything), lifecycle, website, replication,
+//!   notifications, SigV4a, POST uploads (browser forms: refused, their file unread),
+//!   GetObjectAttributes, SelectObjectContent.
 //! - Other conditional writes: `If-Match: *`, `If-None-Match` with an ETag, both at once,
 //!   and deletes conditional on time or size (`NotImplemented`).
 //! - GET/HEAD with `partNumber` on a multipart object completed before the store kept part
@@ -79,10 +87,12 @@
 #[macro_use]
 mod fields;
 
+mod access;
 mod body;
 mod bucket;
 mod checksum;
 mod copy;
+mod cors;
 mod errors;
 mod guard;
 mod list;
@@ -91,6 +101,7 @@ mod object;
 mod server;
 mod service;
 mod sse;
+mod tagging;
 mod util;
 
 pub use server::{

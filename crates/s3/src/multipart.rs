@@ -6,6 +6,7 @@ use crate::fields::*;
 use crate::list::{common_prefixes, nonempty, page_size, url_encoded, Enc};
 use crate::service::RailS3;
 use crate::sse;
+use crate::tagging;
 use crate::util;
 use railstore_store::{PartOptions, PutOptions, StoreError};
 use s3s::dto::*;
@@ -65,6 +66,9 @@ pub(crate) async fn create_multipart_upload(
     let scheme = sse::write_scheme!(s3, input)?;
     let mechanism = s3.mechanism(&headers, input.storage_class.as_ref())?;
     let mut options = put_options(object_fields!(input), mechanism)?;
+    if let Some(t) = &input.tagging {
+        tagging::set_stored(&mut options.headers, &tagging::from_header(t)?);
+    }
     // The upload's data key, kept with it; each part is encrypted under it as it arrives.
     let sealed = match &scheme {
         Some(scheme) => Some(sse::seal_into(scheme, &s3.keyring, &mut options.headers)?.0),

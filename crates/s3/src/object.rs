@@ -6,6 +6,7 @@ use crate::errors::{err, invalid_request, not_implemented, store_error};
 use crate::fields::*;
 use crate::service::RailS3;
 use crate::sse;
+use crate::tagging;
 use crate::util::{self, Conditions, Verdict};
 use futures_util::StreamExt;
 use http::{HeaderMap, HeaderValue, StatusCode};
@@ -183,6 +184,9 @@ pub(crate) async fn put_object(
     let scheme = sse::write_scheme!(s3, input)?;
     let mechanism = s3.mechanism(&headers, input.storage_class.as_ref())?;
     let mut options = put_options(object_fields!(input), mechanism)?;
+    if let Some(t) = &input.tagging {
+        tagging::set_stored(&mut options.headers, &tagging::from_header(t)?);
+    }
     let content_md5 = content_md5(input.content_md5.as_ref())?;
     options.condition = condition;
     let plan = checksum_plan!(input, None, &headers, trailing_headers.as_ref());
@@ -291,6 +295,7 @@ pub(crate) async fn get_object(
             content_length: Some((end - start) as i64),
             content_range: content_range,
             parts_count: part.map(|(_, n)| n as i32),
+            tag_count: tagging::count(info),
         },
         d
     );
@@ -339,7 +344,12 @@ pub(crate) async fn head_object(
         d
     );
     sse::set_sse!(output, sse::Answer::of(sealed.as_ref()));
-    let mut resp = S3Response::with_headers(output, mechanism_headers(&info.mechanism));
+    let mut headers = mechanism_headers(&info.mechanism);
+    // HeadObjectOutput has no field for it.
+    if let Some(n) = tagging::count(&info) {
+        headers.insert("x-amz-tagging-count", HeaderValue::from(n));
+    }
+    let mut resp = S3Response::with_headers(output, headers);
     if !whole {
         resp.status = Some(StatusCode::PARTIAL_CONTENT);
     }

@@ -2,6 +2,7 @@
 //! everything else handed to s3s with SigV4 authentication. The limits against hostile
 //! clients ([`Limits`], [`crate::guard`]) apply before s3s sees a request.
 
+use crate::cors;
 use crate::guard::{self, FormVerdict, IdleBody, IdleWrites};
 use crate::service::RailS3;
 use bytes::Bytes;
@@ -209,6 +210,9 @@ pub fn s3_service(store: Store, cfg: &S3Config) -> Result<S3Service, ServeError>
         access_key: cfg.access_key.clone(),
         secret_key: SecretKey::from(cfg.secret_key.as_str()),
     });
+    builder.set_access(crate::access::Access {
+        region: cfg.region.clone(),
+    });
     if let Some(d) = &cfg.domain {
         let host = s3s::host::SingleDomain::new(d)
             .map_err(|e| ServeError::Config(format!("domain {d:?}: {e}")))?;
@@ -272,6 +276,7 @@ pub async fn bind(store: Store, cfg: S3Config) -> Result<Server, ServeError> {
             limits: cfg.limits,
             sigv2: cfg.sigv2,
             operator_token: cfg.operator_token,
+            domain: cfg.domain,
         }),
     })
 }
@@ -419,6 +424,8 @@ struct Router {
     limits: Limits,
     sigv2: bool,
     operator_token: Option<String>,
+    /// For virtual-hosted-style bucket names (CORS reads them before s3s).
+    domain: Option<String>,
 }
 
 impl Router {
@@ -440,6 +447,50 @@ impl Router {
                 ),
             ));
         }
+        // Browsers send preflights unauthenticated; s3s would refuse them.
+        if req.method() == Method::OPTIONS {
+            let bucket = cors::bucket_of(req.uri(), req.headers(), self.domain.as_deref());
+            return Ok(
+                match cors::preflight(&self.store, bucket.as_deref(), req.headers()) {
+                    cors::Preflight::Allowed(h) => {
+                        let mut resp = plain(StatusCode::OK, "text/plain", Bytes::new());
+                        resp.headers_mut().extend(h);
+                        resp
+                    }
+                    cors::Preflight::Refused(status, why) => {
+                        let code = if status == StatusCode::FORBIDDEN {
+                            "AccessForbidden"
+                        } else {
+                            "BadRequest"
+                        };
+                        xml_error(status, code, why)
+                    }
+                },
+            );
+        }
+        // A request with an Origin gets the bucket's CORS headers, whatever its answer.
+        let cors = req.headers().contains_key(http::header::ORIGIN).then(|| {
+            let bucket = cors::bucket_of(req.uri(), req.headers(), self.domain.as_deref());
+            (req.method().clone(), req.headers().clone(), bucket)
+        });
+        let mut resp = self.dispatch(req).await?;
+        if let Some((method, headers, bucket)) = cors {
+            cors::decorate(
+                &self.store,
+                bucket.as_deref(),
+                &method,
+                &headers,
+                resp.headers_mut(),
+            );
+        }
+        Ok(resp)
+    }
+
+    /// Everything but preflights: the operator endpoints, the refusals, then s3s.
+    async fn dispatch(
+        &self,
+        req: Request<IdleBody<Incoming>>,
+    ) -> Result<Response<s3s::Body>, HttpError> {
         if req.method() == Method::GET
             && !is_signed(&req)
             && matches!(req.uri().path(), "/metrics" | "/status")

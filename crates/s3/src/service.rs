@@ -1,11 +1,12 @@
 //! [`RailS3`]: the S3 API over a store, and the one table that routes each operation to
-//! the module of its resource (`bucket`, `object`, `copy`, `list`, `multipart`, `sse`).
+//! the module of its resource (`bucket`, `object`, `copy`, `list`, `multipart`, `sse`,
+//! `tagging`, `cors`).
 
 use crate::checksum::{Outcome, Plan, Verified, Verifier};
 use crate::errors::{err, invalid_argument};
 use crate::fields::Incoming;
 use crate::sse::{self, Keyring};
-use crate::{bucket, copy, list, multipart, object};
+use crate::{bucket, copy, cors, list, multipart, object, tagging};
 use http::HeaderMap;
 use railstore_store::{ChecksumsAtEnd, Mechanism, Store};
 use s3s::dto::*;
@@ -144,6 +145,9 @@ routes! {
     bucket::head_bucket(HeadBucketInput) -> HeadBucketOutput;
     bucket::get_bucket_location(GetBucketLocationInput) -> GetBucketLocationOutput;
     bucket::get_bucket_versioning(GetBucketVersioningInput) -> GetBucketVersioningOutput;
+    cors::put_bucket_cors(PutBucketCorsInput) -> PutBucketCorsOutput;
+    cors::get_bucket_cors(GetBucketCorsInput) -> GetBucketCorsOutput;
+    cors::delete_bucket_cors(DeleteBucketCorsInput) -> DeleteBucketCorsOutput;
     sse::put_bucket_encryption(PutBucketEncryptionInput) -> PutBucketEncryptionOutput;
     sse::get_bucket_encryption(GetBucketEncryptionInput) -> GetBucketEncryptionOutput;
     sse::delete_bucket_encryption(DeleteBucketEncryptionInput) -> DeleteBucketEncryptionOutput;
@@ -152,6 +156,12 @@ routes! {
     object::head_object(HeadObjectInput) -> HeadObjectOutput;
     object::delete_object(DeleteObjectInput) -> DeleteObjectOutput;
     object::delete_objects(DeleteObjectsInput) -> DeleteObjectsOutput;
+    tagging::get_object_tagging(GetObjectTaggingInput) -> GetObjectTaggingOutput;
+    tagging::put_object_tagging(PutObjectTaggingInput) -> PutObjectTaggingOutput;
+    tagging::delete_object_tagging(DeleteObjectTaggingInput) -> DeleteObjectTaggingOutput;
+    tagging::get_bucket_tagging(GetBucketTaggingInput) -> GetBucketTaggingOutput;
+    tagging::put_bucket_tagging(PutBucketTaggingInput) -> PutBucketTaggingOutput;
+    tagging::delete_bucket_tagging(DeleteBucketTaggingInput) -> DeleteBucketTaggingOutput;
     copy::copy_object(CopyObjectInput) -> CopyObjectOutput;
     copy::upload_part_copy(UploadPartCopyInput) -> UploadPartCopyOutput;
     list::list_objects_v2(ListObjectsV2Input) -> ListObjectsV2Output;

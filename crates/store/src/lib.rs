@@ -6,6 +6,7 @@ pub mod array;
 pub mod config;
 mod devices;
 pub mod error;
+mod headers;
 mod identity;
 mod listing;
 mod load;

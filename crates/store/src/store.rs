@@ -669,7 +669,7 @@ impl Store {
         self.entry(bucket, key).ok().map(|(_, e)| e.info.clone())
     }
 
-    fn entry(&self, bucket: &str, key: &str) -> Result<(u64, Arc<Entry>)> {
+    pub(crate) fn entry(&self, bucket: &str, key: &str) -> Result<(u64, Arc<Entry>)> {
         let st = self.inner.state.read().unwrap();
         let b = st.bucket(bucket)?;
         let e = b.objects.get(key).ok_or_else(|| StoreError::NoSuchKey {

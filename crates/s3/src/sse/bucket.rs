@@ -2,7 +2,7 @@
 //! which PutObject, CopyObject and CreateMultipartUpload apply when a request asks for none.
 
 use super::{kek, Scheme, AES256, AWS_KMS};
-use crate::errors::{err, invalid_argument, store_error};
+use crate::errors::{err, invalid_argument, no_configuration, store_error};
 use crate::service::RailS3;
 use s3s::dto::*;
 use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
@@ -117,12 +117,10 @@ pub(crate) async fn get_bucket_encryption(
     req: S3Request<GetBucketEncryptionInput>,
 ) -> S3Result<S3Response<GetBucketEncryptionOutput>> {
     let Some(d) = stored(s3, &req.input.bucket)? else {
-        let mut e = err(
+        return Err(no_configuration(
             S3ErrorCode::ServerSideEncryptionConfigurationNotFoundError,
             "The server side encryption configuration was not found",
-        );
-        e.set_status_code(http::StatusCode::NOT_FOUND);
-        return Err(e);
+        ));
     };
     let rule = ServerSideEncryptionRule {
         apply_server_side_encryption_by_default: Some(ServerSideEncryptionByDefault {

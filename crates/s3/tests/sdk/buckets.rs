@@ -1,4 +1,5 @@
 use crate::common::*;
+use aws_sdk_s3::types::{BucketLocationConstraint, CreateBucketConfiguration};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bucket_lifecycle() {
@@ -134,6 +135,70 @@ async fn bad_bucket_names_and_locations_are_refused() {
         code(&e).as_deref(),
         Some("IllegalLocationConstraintException")
     );
+    // As AWS: us-east-1 takes no constraint, not even its own name.
+    let e = c
+        .create_bucket()
+        .bucket("east")
+        .create_bucket_configuration(
+            CreateBucketConfiguration::builder()
+                .location_constraint(BucketLocationConstraint::from("us-east-1"))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e).as_deref(), Some("InvalidLocationConstraint"));
     assert!(c.list_buckets().send().await.unwrap().buckets().is_empty());
+    s.stop().await;
+}
+
+/// A server for eu-west-1: its own name, the legacy `EU` or none; GetBucketLocation answers
+/// what the bucket was made with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locations_follow_the_configured_region() {
+    let s = start_configured(false, |c| c.region = "eu-west-1".into()).await;
+    let c = client_in(
+        s.addr,
+        ACCESS_KEY,
+        SECRET_KEY,
+        aws_sdk_s3::config::RequestChecksumCalculation::WhenSupported,
+        "eu-west-1",
+    );
+    for (bucket, constraint, want) in [
+        ("named", Some("eu-west-1"), "eu-west-1"),
+        ("legacy", Some("EU"), "EU"),
+        ("unnamed", None, "eu-west-1"),
+    ] {
+        let mut req = c.create_bucket().bucket(bucket);
+        if let Some(l) = constraint {
+            req = req.create_bucket_configuration(
+                CreateBucketConfiguration::builder()
+                    .location_constraint(BucketLocationConstraint::from(l))
+                    .build(),
+            );
+        }
+        req.send().await.unwrap();
+        let got = c.get_bucket_location().bucket(bucket).send().await.unwrap();
+        assert_eq!(
+            got.location_constraint().map(|l| l.as_str()),
+            Some(want),
+            "{bucket}"
+        );
+    }
+    let e = c
+        .create_bucket()
+        .bucket("west")
+        .create_bucket_configuration(
+            CreateBucketConfiguration::builder()
+                .location_constraint(BucketLocationConstraint::UsWest2)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        code(&e).as_deref(),
+        Some("IllegalLocationConstraintException")
+    );
     s.stop().await;
 }

@@ -287,9 +287,20 @@ pub fn client(
     secret_key: &str,
     checksums: RequestChecksumCalculation,
 ) -> Client {
+    client_in(addr, access_key, secret_key, checksums, REGION)
+}
+
+/// As [`client`], signing for `region`.
+pub fn client_in(
+    addr: SocketAddr,
+    access_key: &str,
+    secret_key: &str,
+    checksums: RequestChecksumCalculation,
+    region: &'static str,
+) -> Client {
     let conf = aws_sdk_s3::Config::builder()
         .behavior_version(BehaviorVersion::latest())
-        .region(Region::new(REGION))
+        .region(Region::new(region))
         .endpoint_url(format!("http://{addr}"))
         .force_path_style(true)
         .credentials_provider(Credentials::new(access_key, secret_key, None, None, "test"))

@@ -4,9 +4,11 @@
 mod buckets;
 mod checksums;
 mod common;
+mod cors;
 mod encryption;
 mod hostile;
 mod listing;
 mod multipart;
 mod objects;
 mod server;
+mod tagging;

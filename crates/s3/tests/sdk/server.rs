@@ -47,6 +47,40 @@ async fn wrong_credentials_are_refused() {
     s.stop().await;
 }
 
+/// As AWS: 400 `AuthorizationHeaderMalformed` naming the expected region (in the message and
+/// `x-amz-bucket-region`), so that a client can sign again for it; nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_signed_for_another_region_is_told_the_right_one() {
+    let s = start().await;
+    let b = s.bucket("region").await;
+    let elsewhere = client_in(
+        s.addr,
+        ACCESS_KEY,
+        SECRET_KEY,
+        RequestChecksumCalculation::WhenSupported,
+        "eu-west-1",
+    );
+    let e = elsewhere
+        .put_object()
+        .bucket(&b)
+        .key("k")
+        .body(b"x".to_vec().into())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e).as_deref(), Some("AuthorizationHeaderMalformed"));
+    assert_eq!(status(&e), Some(400));
+    let message = e.as_service_error().and_then(|e| e.meta().message());
+    assert!(
+        message.is_some_and(|m| m.contains("'eu-west-1' is wrong; expecting 'us-east-1'")),
+        "{message:?}"
+    );
+    let raw = e.raw_response().unwrap();
+    assert_eq!(raw.headers().get("x-amz-bucket-region"), Some(REGION));
+    assert!(s.head_request(&b, "k").send().await.is_err());
+    s.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anonymous_requests_are_refused() {
     let s = start().await;
