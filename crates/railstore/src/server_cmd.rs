@@ -61,6 +61,13 @@ pub struct ServerSection {
     /// The file holding the master key of SSE-S3 and KMS (made on first start); by default
     /// `sse-master.key` in the data folder.
     pub sse_master_key_file: Option<PathBuf>,
+    /// Seconds between passes of the lifecycle worker (0: no worker).
+    #[serde(default = "default_lifecycle_interval_s")]
+    pub lifecycle_interval_s: u64,
+}
+
+fn default_lifecycle_interval_s() -> u64 {
+    3600
 }
 
 impl std::fmt::Debug for ServerSection {
@@ -78,6 +85,7 @@ impl std::fmt::Debug for ServerSection {
             .field("sigv2", &self.sigv2)
             .field("operator_token", &hidden(&self.operator_token))
             .field("sse_master_key_file", &self.sse_master_key_file)
+            .field("lifecycle_interval_s", &self.lifecycle_interval_s)
             .finish()
     }
 }
@@ -120,6 +128,7 @@ impl Default for ServerSection {
             sigv2: false,
             operator_token: None,
             sse_master_key_file: None,
+            lifecycle_interval_s: default_lifecycle_interval_s(),
         }
     }
 }
@@ -393,6 +402,27 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
                         "scrub after an unclean shutdown done"
                     ),
                     Err(e) => tracing::error!(error = %e, "scrub after an unclean shutdown failed"),
+                }
+            });
+        }
+        if server.lifecycle_interval_s > 0 {
+            let store = store.clone();
+            let every = Duration::from_secs(server.lifecycle_interval_s);
+            tokio::spawn(async move {
+                let mut ticks = tokio::time::interval(every);
+                loop {
+                    ticks.tick().await;
+                    let r =
+                        railstore_s3::apply_lifecycle(&store, std::time::SystemTime::now()).await;
+                    if r.objects_deleted + r.uploads_aborted + r.errors > 0 {
+                        tracing::info!(
+                            buckets = r.buckets,
+                            objects_deleted = r.objects_deleted,
+                            uploads_aborted = r.uploads_aborted,
+                            errors = r.errors,
+                            "lifecycle pass"
+                        );
+                    }
                 }
             });
         }

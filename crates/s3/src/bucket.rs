@@ -1,6 +1,6 @@
 //! Bucket operations: list, create, delete, head, location, versioning.
 
-use crate::errors::{err, invalid_argument, not_implemented, store_error};
+use crate::errors::{err, invalid_argument, no_configuration, not_implemented, store_error};
 use crate::fields::owner;
 use crate::service::RailS3;
 use crate::util::{self, token_decode, token_encode};
@@ -167,4 +167,33 @@ pub(crate) async fn get_bucket_versioning(
         .map_err(store_error)?;
     // Never versioned: no status at all.
     Ok(S3Response::new(GetBucketVersioningOutput::default()))
+}
+
+pub(crate) async fn get_bucket_ownership_controls(
+    s3: &RailS3,
+    req: S3Request<GetBucketOwnershipControlsInput>,
+) -> S3Result<S3Response<GetBucketOwnershipControlsOutput>> {
+    s3.store
+        .head_bucket(&req.input.bucket)
+        .map_err(store_error)?;
+    // None is ever set: one user owns everything.
+    Err(no_configuration(
+        S3ErrorCode::OwnershipControlsNotFoundError,
+        "The bucket ownership controls were not found",
+    ))
+}
+
+pub(crate) async fn get_bucket_policy_status(
+    s3: &RailS3,
+    req: S3Request<GetBucketPolicyStatusInput>,
+) -> S3Result<S3Response<GetBucketPolicyStatusOutput>> {
+    s3.store
+        .head_bucket(&req.input.bucket)
+        .map_err(store_error)?;
+    // No bucket is public: every request must be signed with the server's key pair.
+    Ok(S3Response::new(GetBucketPolicyStatusOutput {
+        policy_status: Some(PolicyStatus {
+            is_public: Some(false),
+        }),
+    }))
 }

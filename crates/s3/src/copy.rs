@@ -2,6 +2,7 @@
 
 use crate::errors::{err, invalid_argument, invalid_request, not_implemented, store_error};
 use crate::fields::*;
+use crate::lifecycle;
 use crate::multipart::part_number;
 use crate::service::RailS3;
 use crate::sse;
@@ -202,6 +203,7 @@ pub(crate) async fn copy_object(
         ..CopyObjectOutput::default()
     };
     sse::set_sse!(output, sse::Answer::of(sealed.as_ref()));
+    output.expiration = lifecycle::expiration_header(&s3.store, &input.bucket, &info);
     Ok(S3Response::with_headers(
         output,
         mechanism_headers(&info.mechanism),

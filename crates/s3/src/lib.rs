@@ -38,6 +38,8 @@
 //!   Get/Put/DeleteBucketTagging. CORS: Put/Get/DeleteBucketCors, preflight `OPTIONS`
 //!   (answered by the router, unsigned) and CORS headers on answers to requests with an
 //!   `Origin`.
+//! - Lifecycle: Put/Get/DeleteBucketLifecycleConfiguration (checked, kept as given),
+//!   `x-amz-expiration`, and [`apply_lifecycle`], the pass `serve` runs periodically.
 //! - Regions: a request signed for another region is 400 `AuthorizationHeaderMalformed`
 //!   naming the right one; location constraints as AWS takes them for the configured region.
 //! - Conditional writes: `If-None-Match: *` and `If-Match: "etag"` on PutObject and
@@ -69,8 +71,9 @@
 //!   with the mechanism in `x-railstore-mechanism`.
 //!
 //! # Not supported
-//! - Versioning, object lock (refused with `NotImplemented`), ACLs and policies (accepted
-//!   and ignored: the one key pair may do everything), lifecycle, website, replication,
+//! - Versioning, object lock (refused with `NotImplemented`; lock, retention and legal-hold
+//!   requests are answered as AWS answers them for a bucket without lock), ACLs and policies (accepted
+//!   and ignored: the one key pair may do everything), website, replication,
 //!   notifications, SigV4a, POST uploads (browser forms: refused, their file unread),
 //!   GetObjectAttributes, SelectObjectContent.
 //! - Other conditional writes: `If-Match: *`, `If-None-Match` with an ETag, both at once,
@@ -95,7 +98,9 @@ mod copy;
 mod cors;
 mod errors;
 mod guard;
+mod lifecycle;
 mod list;
+mod lock;
 mod multipart;
 mod object;
 mod server;
@@ -104,6 +109,7 @@ mod sse;
 mod tagging;
 mod util;
 
+pub use lifecycle::{expire as apply_lifecycle, ExpiryReport};
 pub use server::{
     bind, s3_service, serve, Limits, S3Config, ServeError, Server, BODY_IDLE_TIMEOUT,
     CONNECTIONS_MAX, HEADER_READ_TIMEOUT, POST_FORM_BYTES_MAX, REQUEST_HEADERS_MAX,

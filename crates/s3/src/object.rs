@@ -4,6 +4,7 @@ use crate::body::Outgoing;
 use crate::checksum::{Algorithm, Plan};
 use crate::errors::{err, invalid_request, not_implemented, store_error};
 use crate::fields::*;
+use crate::lifecycle;
 use crate::service::RailS3;
 use crate::sse;
 use crate::tagging;
@@ -218,6 +219,7 @@ pub(crate) async fn put_object(
         c
     );
     sse::set_sse!(output, sse::Answer::of(sealed.as_ref()));
+    output.expiration = lifecycle::expiration_header(&s3.store, &input.bucket, &info);
     Ok(S3Response::with_headers(
         output,
         mechanism_headers(&info.mechanism),
@@ -300,6 +302,7 @@ pub(crate) async fn get_object(
         d
     );
     sse::set_sse!(output, sse::Answer::of(sealed.as_ref()));
+    output.expiration = lifecycle::expiration_header(&s3.store, &input.bucket, info);
     Ok(S3Response::with_headers(
         output,
         mechanism_headers(&info.mechanism),
@@ -344,6 +347,7 @@ pub(crate) async fn head_object(
         d
     );
     sse::set_sse!(output, sse::Answer::of(sealed.as_ref()));
+    output.expiration = lifecycle::expiration_header(&s3.store, &input.bucket, &info);
     let mut headers = mechanism_headers(&info.mechanism);
     // HeadObjectOutput has no field for it.
     if let Some(n) = tagging::count(&info) {

@@ -1,12 +1,12 @@
 //! [`RailS3`]: the S3 API over a store, and the one table that routes each operation to
 //! the module of its resource (`bucket`, `object`, `copy`, `list`, `multipart`, `sse`,
-//! `tagging`, `cors`).
+//! `tagging`, `cors`, `lock`, `lifecycle`).
 
 use crate::checksum::{Outcome, Plan, Verified, Verifier};
 use crate::errors::{err, invalid_argument};
 use crate::fields::Incoming;
 use crate::sse::{self, Keyring};
-use crate::{bucket, copy, cors, list, multipart, object, tagging};
+use crate::{bucket, copy, cors, lifecycle, list, lock, multipart, object, tagging};
 use http::HeaderMap;
 use railstore_store::{ChecksumsAtEnd, Mechanism, Store};
 use s3s::dto::*;
@@ -145,6 +145,17 @@ routes! {
     bucket::head_bucket(HeadBucketInput) -> HeadBucketOutput;
     bucket::get_bucket_location(GetBucketLocationInput) -> GetBucketLocationOutput;
     bucket::get_bucket_versioning(GetBucketVersioningInput) -> GetBucketVersioningOutput;
+    bucket::get_bucket_ownership_controls(GetBucketOwnershipControlsInput) -> GetBucketOwnershipControlsOutput;
+    bucket::get_bucket_policy_status(GetBucketPolicyStatusInput) -> GetBucketPolicyStatusOutput;
+    lock::get_object_lock_configuration(GetObjectLockConfigurationInput) -> GetObjectLockConfigurationOutput;
+    lock::put_object_lock_configuration(PutObjectLockConfigurationInput) -> PutObjectLockConfigurationOutput;
+    lock::get_object_retention(GetObjectRetentionInput) -> GetObjectRetentionOutput;
+    lock::put_object_retention(PutObjectRetentionInput) -> PutObjectRetentionOutput;
+    lock::get_object_legal_hold(GetObjectLegalHoldInput) -> GetObjectLegalHoldOutput;
+    lock::put_object_legal_hold(PutObjectLegalHoldInput) -> PutObjectLegalHoldOutput;
+    lifecycle::put_bucket_lifecycle_configuration(PutBucketLifecycleConfigurationInput) -> PutBucketLifecycleConfigurationOutput;
+    lifecycle::get_bucket_lifecycle_configuration(GetBucketLifecycleConfigurationInput) -> GetBucketLifecycleConfigurationOutput;
+    lifecycle::delete_bucket_lifecycle(DeleteBucketLifecycleInput) -> DeleteBucketLifecycleOutput;
     cors::put_bucket_cors(PutBucketCorsInput) -> PutBucketCorsOutput;
     cors::get_bucket_cors(GetBucketCorsInput) -> GetBucketCorsOutput;
     cors::delete_bucket_cors(DeleteBucketCorsInput) -> DeleteBucketCorsOutput;

@@ -159,6 +159,9 @@ sigv2 = false
 # apart from the devices: without it those objects cannot be read. Default:
 # <data_dir>/sse-master.key.
 # sse_master_key_file = "/etc/railstore/sse-master.key"
+# Seconds between passes of the lifecycle worker, which deletes objects and aborts uploads
+# that buckets' lifecycle rules expire (0: none).
+lifecycle_interval_s = 3600
 
 [devices]
 # file: log-structured devices (folders under <data_dir>/devices, or the paths below);

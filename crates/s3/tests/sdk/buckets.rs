@@ -202,3 +202,83 @@ async fn locations_follow_the_configured_region() {
     );
     s.stop().await;
 }
+
+/// No bucket has object lock or ownership controls, and none is public: the answers say so as
+/// AWS says it of such a bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absent_object_lock_and_ownership_are_reported_as_absent() {
+    use aws_sdk_s3::types::{
+        ObjectLockConfiguration, ObjectLockEnabled, ObjectLockLegalHold, ObjectLockLegalHoldStatus,
+    };
+    let s = start().await;
+    let b = s.bucket("nolock").await;
+    let c = &s.client;
+    s.put(&b, "k", b"x".to_vec()).await;
+    let e = c
+        .get_object_lock_configuration()
+        .bucket(&b)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (status(&e), code(&e).as_deref()),
+        (Some(404), Some("ObjectLockConfigurationNotFoundError"))
+    );
+    let e = c
+        .put_object_lock_configuration()
+        .bucket(&b)
+        .object_lock_configuration(
+            ObjectLockConfiguration::builder()
+                .object_lock_enabled(ObjectLockEnabled::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (status(&e), code(&e).as_deref()),
+        (Some(409), Some("InvalidBucketState"))
+    );
+    let e = c
+        .put_object_legal_hold()
+        .bucket(&b)
+        .key("k")
+        .legal_hold(
+            ObjectLockLegalHold::builder()
+                .status(ObjectLockLegalHoldStatus::On)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (status(&e), code(&e).as_deref()),
+        (Some(400), Some("InvalidRequest"))
+    );
+    let e = c
+        .get_object_retention()
+        .bucket(&b)
+        .key("missing")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e).as_deref(), Some("NoSuchKey"));
+    let e = c
+        .get_bucket_ownership_controls()
+        .bucket(&b)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e).as_deref(), Some("OwnershipControlsNotFoundError"));
+    let status = c
+        .get_bucket_policy_status()
+        .bucket(&b)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        status.policy_status().and_then(|p| p.is_public()),
+        Some(false)
+    );
+    s.stop().await;
+}

@@ -7,6 +7,7 @@ mod common;
 mod cors;
 mod encryption;
 mod hostile;
+mod lifecycle;
 mod listing;
 mod multipart;
 mod objects;
