@@ -38,6 +38,8 @@
 //!   Get/Put/DeleteBucketTagging. CORS: Put/Get/DeleteBucketCors, preflight `OPTIONS`
 //!   (answered by the router, unsigned) and CORS headers on answers to requests with an
 //!   `Origin`.
+//! - GetObjectAttributes (ETag, checksum, parts with their sizes and checksums, storage
+//!   class, size).
 //! - Lifecycle: Put/Get/DeleteBucketLifecycleConfiguration (checked, kept as given),
 //!   `x-amz-expiration`, and [`apply_lifecycle`], the pass `serve` runs periodically.
 //! - Regions: a request signed for another region is 400 `AuthorizationHeaderMalformed`
@@ -75,7 +77,7 @@
 //!   requests are answered as AWS answers them for a bucket without lock), ACLs and policies (accepted
 //!   and ignored: the one key pair may do everything), website, replication,
 //!   notifications, SigV4a, POST uploads (browser forms: refused, their file unread),
-//!   GetObjectAttributes, SelectObjectContent.
+//!   SelectObjectContent.
 //! - Other conditional writes: `If-Match: *`, `If-None-Match` with an ETag, both at once,
 //!   and deletes conditional on time or size (`NotImplemented`).
 //! - GET/HEAD with `partNumber` on a multipart object completed before the store kept part
@@ -91,6 +93,7 @@
 mod fields;
 
 mod access;
+mod attributes;
 mod body;
 mod bucket;
 mod checksum;

@@ -188,6 +188,22 @@ pub(crate) async fn upload_part(
     Ok(S3Response::new(output))
 }
 
+/// A completion's parts with a number listed several times in a row kept once, as last
+/// listed: a client that resent a part may list both answers, and the part stored is the one
+/// that finished last (as Ceph RGW takes it; the ETag must still be the stored part's).
+fn last_of_each_number(listed: &[CompletedPart]) -> Vec<CompletedPart> {
+    let mut kept: Vec<CompletedPart> = Vec::with_capacity(listed.len());
+    for p in listed {
+        match kept.last_mut() {
+            Some(last) if p.part_number.is_some() && last.part_number == p.part_number => {
+                *last = p.clone()
+            }
+            _ => kept.push(p.clone()),
+        }
+    }
+    kept
+}
+
 pub(crate) async fn complete_multipart_upload(
     s3: &RailS3,
     req: S3Request<CompleteMultipartUploadInput>,
@@ -207,6 +223,7 @@ pub(crate) async fn complete_multipart_upload(
                  published schema: a completion lists at least one part",
             )
         })?;
+    let listed = &last_of_each_number(listed);
     let mut parts: Vec<(u32, String)> = Vec::with_capacity(listed.len());
     for p in listed {
         let n = p

@@ -140,6 +140,23 @@ fn part_range(info: &ObjectInfo, n: i32, range: Option<RangeSpec>) -> S3Result<(
     Ok((start, start + info.part_sizes[i - 1]))
 }
 
+/// The checksums a read of part `n` answers with: a multipart object's part's own, typed as
+/// the object's checksum (`whole`: what a single-part object answers).
+fn part_checksums(info: &ObjectInfo, n: i32, whole: ChecksumFields) -> ChecksumFields {
+    if info.parts == 0 {
+        return whole;
+    }
+    let part = usize::try_from(n)
+        .ok()
+        .and_then(|n| info.part_checksums.get(n.checked_sub(1)?));
+    let Some(map) = part else {
+        return ChecksumFields::default();
+    };
+    let mut c = ChecksumFields::from_map(map);
+    c.kind = ChecksumFields::from_map(&info.checksums).kind;
+    c
+}
+
 /// A part range as the store reads it: none for the whole object.
 fn part_spec(info: &ObjectInfo, (start, end): (u64, u64)) -> Option<RangeSpec> {
     ((start, end) != (0, info.size)).then_some(RangeSpec::FromTo {
@@ -285,7 +302,10 @@ pub(crate) async fn get_object(
     let (start, end) = got.range;
     let whole = range.is_none();
     let checksum_mode = checksum_mode_enabled(input.checksum_mode.as_ref());
-    let d = described(info, checksum_mode, whole);
+    let mut d = described(info, checksum_mode, whole);
+    if let (Some(n), true) = (input.part_number, checksum_mode) {
+        d.checksums = part_checksums(info, n, d.checksums);
+    }
     let content_range = content_range(whole, start, end, info.size);
     let what = format!("{}/{}", input.bucket, input.key);
     let body = sse::decrypt(got.body, key, info, start);
@@ -336,7 +356,10 @@ pub(crate) async fn head_object(
     };
     let whole = range.is_none();
     let checksum_mode = checksum_mode_enabled(input.checksum_mode.as_ref());
-    let d = described(&info, checksum_mode, whole);
+    let mut d = described(&info, checksum_mode, whole);
+    if let (Some(n), true) = (input.part_number, checksum_mode) {
+        d.checksums = part_checksums(&info, n, d.checksums);
+    }
     let mut output = described_output!(
         HeadObjectOutput {
             accept_ranges: Some("bytes".to_string()),

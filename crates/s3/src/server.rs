@@ -539,7 +539,12 @@ impl Router {
         if guard::is_form_post(&req) {
             return Ok(self.form_post(req).await);
         }
-        self.s3.call(req.map(s3s::Body::http_body)).await
+        let attributes = crate::attributes::is_get_object_attributes(req.method(), req.uri());
+        let resp = self.s3.call(req.map(s3s::Body::http_body)).await?;
+        if attributes {
+            return Ok(crate::attributes::unquote_etag(resp).await);
+        }
+        Ok(resp)
     }
 
     /// A browser-form POST (POST Object). s3s would buffer its file, up to 5 GB, before it

@@ -6,7 +6,7 @@ use crate::checksum::{Outcome, Plan, Verified, Verifier};
 use crate::errors::{err, invalid_argument};
 use crate::fields::Incoming;
 use crate::sse::{self, Keyring};
-use crate::{bucket, copy, cors, lifecycle, list, lock, multipart, object, tagging};
+use crate::{attributes, bucket, copy, cors, lifecycle, list, lock, multipart, object, tagging};
 use http::HeaderMap;
 use railstore_store::{ChecksumsAtEnd, Mechanism, Store};
 use s3s::dto::*;
@@ -167,6 +167,7 @@ routes! {
     object::head_object(HeadObjectInput) -> HeadObjectOutput;
     object::delete_object(DeleteObjectInput) -> DeleteObjectOutput;
     object::delete_objects(DeleteObjectsInput) -> DeleteObjectsOutput;
+    attributes::get_object_attributes(GetObjectAttributesInput) -> GetObjectAttributesOutput;
     tagging::get_object_tagging(GetObjectTaggingInput) -> GetObjectTaggingOutput;
     tagging::put_object_tagging(PutObjectTaggingInput) -> PutObjectTaggingOutput;
     tagging::delete_object_tagging(DeleteObjectTaggingInput) -> DeleteObjectTaggingOutput;

@@ -378,6 +378,11 @@ impl Store {
             parts: parts.len() as u32,
             part_sizes: chosen.iter().map(|p| p.info.size).collect(),
             part_numbers: chosen.iter().map(|p| p.info.number).collect(),
+            part_checksums: if chosen.iter().any(|p| !p.info.checksums.is_empty()) {
+                chosen.iter().map(|p| p.info.checksums.clone()).collect()
+            } else {
+                Vec::new()
+            },
         };
         let written = WrittenBody {
             size,

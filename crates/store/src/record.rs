@@ -207,6 +207,7 @@ mod tests {
             parts: 0,
             part_sizes: Vec::new(),
             part_numbers: Vec::new(),
+            part_checksums: Vec::new(),
         }
     }
 

@@ -490,6 +490,7 @@ impl Store {
             parts: 0,
             part_sizes: Vec::new(),
             part_numbers: Vec::new(),
+            part_checksums: Vec::new(),
         };
         if !written.chunks.is_empty() {
             // The chunks are durable before any record names them.

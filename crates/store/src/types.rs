@@ -229,6 +229,9 @@ pub struct ObjectInfo {
     /// The upload's numbers of those parts, in order (with `part_sizes`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub part_numbers: Vec<u32>,
+    /// The checksums each of those parts was stored with, in order (empty when none had any).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub part_checksums: Vec<BTreeMap<String, String>>,
 }
 
 /// A byte range as a request states it.

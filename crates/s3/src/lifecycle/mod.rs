@@ -284,6 +284,7 @@ mod tests {
             parts: 0,
             part_sizes: Vec::new(),
             part_numbers: Vec::new(),
+            part_checksums: Vec::new(),
         }
     }
 

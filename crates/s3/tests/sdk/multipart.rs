@@ -1,6 +1,7 @@
 use crate::common::*;
 use aws_sdk_s3::types::{
     ChecksumAlgorithm, ChecksumMode, ChecksumType, CompletedMultipartUpload, CompletedPart,
+    ObjectAttributes,
 };
 use s3s::crypto::Checksum;
 
@@ -510,6 +511,56 @@ async fn multipart_checksums() {
         assert_eq!(got.checksum_type(), Some(&want_kind), "{alg:?}");
         let body = got.body.collect().await.unwrap().into_bytes();
         assert!(body[..] == whole[..]);
+        // A part read by number answers the part's own checksum.
+        let part = s
+            .get_request(&b, &key)
+            .part_number(2)
+            .checksum_mode(ChecksumMode::Enabled)
+            .send()
+            .await
+            .unwrap();
+        let part_value = match alg {
+            ChecksumAlgorithm::Crc32 => part.checksum_crc32(),
+            ChecksumAlgorithm::Sha256 => part.checksum_sha256(),
+            ChecksumAlgorithm::Crc32C => part.checksum_crc32_c(),
+            _ => part.checksum_crc64_nvme(),
+        };
+        assert_eq!(
+            part_value,
+            Some(b64(&digest(&bodies[1])).as_str()),
+            "{alg:?}"
+        );
+        assert_eq!(part.checksum_type(), Some(&want_kind));
+        // GetObjectAttributes: the ETag unquoted (as S3), the checksum, the parts.
+        let attrs = s
+            .client
+            .get_object_attributes()
+            .bucket(&b)
+            .key(&key)
+            .object_attributes(ObjectAttributes::Etag)
+            .object_attributes(ObjectAttributes::Checksum)
+            .object_attributes(ObjectAttributes::ObjectParts)
+            .object_attributes(ObjectAttributes::ObjectSize)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(attrs.e_tag(), done.e_tag().map(|e| e.trim_matches('"')));
+        assert_eq!(attrs.object_size(), Some(whole.len() as i64));
+        let c = attrs.checksum().unwrap();
+        let value = match alg {
+            ChecksumAlgorithm::Crc32 => c.checksum_crc32(),
+            ChecksumAlgorithm::Sha256 => c.checksum_sha256(),
+            ChecksumAlgorithm::Crc32C => c.checksum_crc32_c(),
+            _ => c.checksum_crc64_nvme(),
+        };
+        assert_eq!(value, Some(want.as_str()));
+        let parts = attrs.object_parts().unwrap();
+        assert_eq!(parts.total_parts_count(), Some(3));
+        let sizes: Vec<_> = parts.parts().iter().map(|p| p.size()).collect();
+        assert_eq!(
+            sizes,
+            [Some(5 * MIB as i64), Some(5 * MIB as i64), Some(1000)]
+        );
     }
     // A stated object checksum that does not match the parts is BadDigest; nothing is made.
     let id = s
@@ -550,5 +601,48 @@ async fn multipart_checksums() {
         .await
         .unwrap_err();
     assert_eq!(code(&e).as_deref(), Some("InvalidRequest"));
+    s.stop().await;
+}
+
+/// A part number listed twice in a row counts once, as last listed; that listing must name
+/// the part stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_part_listed_twice_counts_as_last_listed() {
+    let s = start().await;
+    let b = s.bucket("twice").await;
+    let id = s
+        .create_upload_request(&b, "k")
+        .send()
+        .await
+        .unwrap()
+        .upload_id
+        .unwrap();
+    let mut etags = Vec::new();
+    for body in [&b"first"[..], b"second"] {
+        let out = s
+            .upload_part_request(&b, "k")
+            .upload_id(&id)
+            .part_number(1)
+            .body(body.to_vec().into())
+            .send()
+            .await
+            .unwrap();
+        etags.push(out.e_tag().unwrap().to_string());
+    }
+    let e = s
+        .complete_request(&b, "k")
+        .upload_id(&id)
+        .multipart_upload(completed(&[(1, etags[1].clone()), (1, etags[0].clone())]))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e).as_deref(), Some("InvalidPart"));
+    s.complete_request(&b, "k")
+        .upload_id(&id)
+        .multipart_upload(completed(&[(1, etags[0].clone()), (1, etags[1].clone())]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(s.get(&b, "k").await, b"second");
     s.stop().await;
 }
