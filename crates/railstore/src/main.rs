@@ -118,12 +118,16 @@ fn private_files() {
 }
 
 /// Logs to stderr; `RUST_LOG` overrides the default of `info` for railstore and warnings
-/// for everything else.
+/// for everything else, except that s3s never logs below `warn`: its debug lines print whole
+/// requests, headers included, and so SSE-C keys and signatures.
 fn logging() {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        EnvFilter::new("warn,s3s=off,railstore=info,railstore_store=info,railstore_s3=info,railstore_rails=info")
-    });
+    let filter = match EnvFilter::try_from_default_env() {
+        Ok(f) => f.add_directive("s3s=warn".parse().expect("a valid directive")),
+        Err(_) => EnvFilter::new(
+            "warn,s3s=off,railstore=info,railstore_store=info,railstore_s3=info,railstore_rails=info",
+        ),
+    };
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

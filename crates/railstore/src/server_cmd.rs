@@ -431,8 +431,36 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
             .sse_master_key_file
             .clone()
             .unwrap_or_else(|| cfg.data_dir.join("sse-master.key"));
+        // The id of the key this store's objects were sealed with: a missing or other key file
+        // (a typo, an unmounted volume, a restore without it) must not start the server with a
+        // fresh key, under which every SSE-S3 and KMS object would be unreadable.
+        let id_file = cfg.data_dir.join("sse-master.key.id");
+        let known_id = std::fs::read_to_string(&id_file)
+            .ok()
+            .map(|s| s.trim().to_string());
+        if !key_file.exists() && known_id.is_some() {
+            bail!(
+                "the SSE master key file {} is missing, but this store's objects were sealed \
+                 with the key {} names: put that key file back (or name it with [server] \
+                 sse_master_key_file)",
+                key_file.display(),
+                id_file.display()
+            );
+        }
         let (keyring, made) = railstore_s3::Keyring::load_or_create(&key_file)
             .with_context(|| format!("the SSE master key in {}", key_file.display()))?;
+        let id = keyring.key_id().expect("a master key");
+        match &known_id {
+            Some(known) if *known != id => bail!(
+                "the SSE master key in {} is not the one this store's objects were sealed with \
+                 (its id is {id}; {} says {known})",
+                key_file.display(),
+                id_file.display()
+            ),
+            Some(_) => {}
+            None => std::fs::write(&id_file, format!("{id}\n"))
+                .with_context(|| format!("writing {}", id_file.display()))?,
+        }
         if made {
             tracing::warn!(
                 file = %key_file.display(),

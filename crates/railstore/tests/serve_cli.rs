@@ -323,6 +323,27 @@ fn serve_never_logs_the_secret_key_and_keeps_its_files_private() {
         !log.contains(master_key.trim()),
         "the master key is in the log"
     );
+    // A missing or different master key stops the start; it is never silently replaced.
+    let refused = |why: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
+            .arg("serve")
+            .arg("--config")
+            .arg(config_file(dir.path()))
+            .arg("--data")
+            .arg(&data)
+            .args(["--listen", "127.0.0.1:0"])
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(!out.status.success() && err.contains(why), "{err}");
+    };
+    std::fs::remove_file(&master).unwrap();
+    refused("is missing");
+    assert!(!master.exists(), "no new key was made");
+    std::fs::write(&master, format!("{}\n", "ab".repeat(32))).unwrap();
+    refused("is not the one");
+    std::fs::write(&master, &master_key).unwrap();
 }
 
 /// VmHWM (the peak resident set) of a process, in bytes.

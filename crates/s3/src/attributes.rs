@@ -92,7 +92,10 @@ pub(crate) async fn get_object_attributes(
 
 /// Whether a request is GetObjectAttributes (`GET ?attributes`).
 pub(crate) fn is_get_object_attributes(method: &http::Method, uri: &http::Uri) -> bool {
+    // Object level only: `/bucket/key?attributes`.
+    let object_level = uri.path().trim_start_matches('/').contains('/');
     method == http::Method::GET
+        && object_level
         && uri.query().is_some_and(|q| {
             q.split('&')
                 .any(|p| p == "attributes" || p.starts_with("attributes="))
@@ -108,7 +111,9 @@ pub(crate) async fn unquote_etag(resp: http::Response<s3s::Body>) -> http::Respo
     let (mut parts, mut body) = resp.into_parts();
     // An attributes document is small: its parts are paged at 1000.
     let Ok(bytes) = body.store_all_limited(4 << 20).await else {
-        return http::Response::from_parts(parts, s3s::Body::empty());
+        let mut resp = http::Response::new(s3s::Body::empty());
+        *resp.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+        return resp;
     };
     let text = String::from_utf8_lossy(&bytes)
         .replace("<ETag>\"", "<ETag>")

@@ -8,7 +8,7 @@ use crate::service::RailS3;
 use crate::sse;
 use crate::tagging;
 use crate::util::{self, Conditions, Verdict};
-use railstore_store::{Body, ObjectInfo, PartOptions, PutOptions, RangeSpec};
+use railstore_store::{Body, Mechanism, ObjectInfo, PartOptions, PutOptions, RangeSpec};
 use s3s::dto::*;
 use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
 use std::collections::BTreeMap;
@@ -48,8 +48,10 @@ macro_rules! check_source_conditions {
     }};
 }
 
-/// Reads the source's bytes (`range` of them), decrypted with `key`; `src` is the version the
-/// checks were made on, and a newer one is refused rather than copied unchecked.
+/// Reads the source's bytes (`range` of them), decrypted with `key`. `src` is the version the
+/// checks were made on and the key opened from; any other version found now (its ETag, time
+/// or encryption differ) is refused rather than copied unchecked or decrypted with the wrong
+/// key.
 async fn read_source(
     s3: &RailS3,
     bucket: &str,
@@ -63,13 +65,17 @@ async fn read_source(
         .get_object(bucket, key, range)
         .await
         .map_err(store_error)?;
-    if got.info.etag != src.etag {
+    let same = got.info.etag == src.etag
+        && got.info.last_modified == src.last_modified
+        && sse::Sealed::from_headers(&got.info.headers)?
+            == sse::Sealed::from_headers(&src.headers)?;
+    if !same {
         return Err(err(
             S3ErrorCode::SlowDown,
             "The copy source changed while it was copied; retry",
         ));
     }
-    Ok(sse::decrypt(got.body, data_key, &got.info, got.range.0))
+    sse::decrypt(got.body, data_key, &got.info, got.range.0)
 }
 
 pub(crate) async fn copy_object(
@@ -163,34 +169,25 @@ pub(crate) async fn copy_object(
         tagging::stored(&src)
     };
     tagging::set_stored(&mut options.headers, &tags);
-    let (info, sealed) = if src_sealed.is_none() && dest_scheme.is_none() {
-        // In the clear both sides: the store copies, and keeps the source's fields when
-        // nothing changes them.
-        let options = (replace || replace_tags || mechanism.is_some()).then_some(options);
-        let info = s3
-            .store
-            .copy_object(&src_bucket, &src_key, &input.bucket, &input.key, options)
-            .await
-            .map_err(store_error)?;
-        (info, None)
-    } else {
-        let body = read_source(s3, &src_bucket, &src_key, &src, None, src_data_key).await?;
-        let (body, sealed) = match &dest_scheme {
-            None => (body, None),
-            Some(scheme) => {
-                let (sealed, key) = sse::seal_into(scheme, &s3.keyring, &mut options.headers)?;
-                let (body, sent_md5) = sse::encrypt(body, &sealed, &key, 0, None);
-                options.sent_md5 = sent_md5;
-                (body, Some(sealed))
-            }
-        };
-        let info = s3
-            .store
-            .put_object(&input.bucket, &input.key, body, options)
-            .await
-            .map_err(store_error)?;
-        (info, sealed)
+    if !replace && options.mechanism.is_none() {
+        // Unchanged, a copy keeps the source's mechanism.
+        options.mechanism = Mechanism::parse(&src.mechanism).ok();
+    }
+    let body = read_source(s3, &src_bucket, &src_key, &src, None, src_data_key).await?;
+    let (body, sealed) = match &dest_scheme {
+        None => (body, None),
+        Some(scheme) => {
+            let (sealed, key) = sse::seal_into(scheme, &s3.keyring, &mut options.headers)?;
+            let (body, sent_md5) = sse::encrypt(body, &sealed, &key, key.iv, None);
+            options.sent_md5 = Some(sent_md5);
+            (body, Some(sealed))
+        }
     };
+    let info = s3
+        .store
+        .put_object(&input.bucket, &input.key, body, options)
+        .await
+        .map_err(store_error)?;
     let c = ChecksumFields::from_map(&info.checksums);
     let mut output = CopyObjectOutput {
         copy_object_result: Some(with_checksums!(
@@ -279,7 +276,6 @@ pub(crate) async fn upload_part_copy(
         sealed.as_ref(),
         customer.as_ref(),
         &s3.keyring,
-        number,
         None,
         &mut options,
     )?;

@@ -160,7 +160,6 @@ pub(crate) async fn upload_part(
         sealed.as_ref(),
         customer.as_ref(),
         &s3.keyring,
-        number,
         content_md5(input.content_md5.as_ref())?,
         &mut options,
     )?;

@@ -218,8 +218,8 @@ pub(crate) async fn put_object(
         }
         Some(scheme) => {
             let (sealed, key) = sse::seal_into(scheme, &s3.keyring, &mut options.headers)?;
-            let (body, sent_md5) = sse::encrypt(incoming.body, &sealed, &key, 0, content_md5);
-            options.sent_md5 = sent_md5;
+            let (body, sent_md5) = sse::encrypt(incoming.body, &sealed, &key, key.iv, content_md5);
+            options.sent_md5 = Some(sent_md5);
             (body, Some(sealed))
         }
     };
@@ -308,7 +308,7 @@ pub(crate) async fn get_object(
     }
     let content_range = content_range(whole, start, end, info.size);
     let what = format!("{}/{}", input.bucket, input.key);
-    let body = sse::decrypt(got.body, key, info, start);
+    let body = sse::decrypt(got.body, key, info, start)?;
     let body = Outgoing::new(body, end - start, what);
     let mut output = described_output!(
         GetObjectOutput {
@@ -343,13 +343,14 @@ pub(crate) async fn head_object(
         .map_err(store_error)?;
     let sealed = sse::Sealed::from_headers(&info.headers)?;
     let conditions = read_conditions!(input);
-    verdict_error(conditions.evaluate(&info.etag, info.last_modified), &info)?;
     let mut range = range_spec(input.range.as_ref());
     if let Some(n) = input.part_number {
         range = part_spec(&info, part_range(&info, n, range)?);
     }
-    // The key is checked, though nothing is decrypted: a HEAD without it is refused as a GET.
+    // The key is checked, though nothing is decrypted: a HEAD without it is refused as a GET,
+    // before its conditions say anything of the object.
     sse::open(sealed.as_ref(), customer.as_ref(), &s3.keyring)?;
+    verdict_error(conditions.evaluate(&info.etag, info.last_modified), &info)?;
     let (start, end) = match range {
         None => (0, info.size),
         Some(r) => r.resolve(info.size).map_err(store_error)?,

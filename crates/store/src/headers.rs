@@ -25,7 +25,14 @@ impl Store {
         let bucket_id = self.bucket_id(bucket)?;
         let rkey = object_key(bucket_id, key);
         let _lock = self.lock(&rkey).await;
-        let (_, entry) = self.entry(bucket, key)?;
+        let (id, entry) = self.entry(bucket, key)?;
+        if id != bucket_id {
+            // The bucket was deleted and made again since its id was read.
+            return Err(StoreError::NoSuchKey {
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+            });
+        }
         let mut info = entry.info.clone();
         change(&entry.info, &mut info.headers)?;
         let (body, inline, mechanism) = match &entry.body {
@@ -61,8 +68,11 @@ impl Store {
         });
         {
             let mut st = self.inner.state.write().unwrap();
-            if let Some(b) = st.buckets.get_mut(bucket) {
-                b.objects.insert(key.to_string(), updated);
+            match st.buckets.get_mut(bucket) {
+                Some(b) if b.id == bucket_id => {
+                    b.objects.insert(key.to_string(), updated);
+                }
+                _ => {}
             }
         }
         self.durable().await?;

@@ -178,6 +178,7 @@ impl Store {
             checksums,
             checksums_at_end,
             sent_md5,
+            annotation,
         } = options;
         self.check_open()?;
         if !(1..=PART_NUMBER_MAX).contains(&number) {
@@ -208,6 +209,7 @@ impl Store {
             size: written.size,
             last_modified: SystemTime::now(),
             checksums: ChecksumsAtEnd::added_to(checksums_at_end.as_ref(), checksums),
+            annotation,
         };
         let rec = PartRecord {
             upload_id: upload_id.to_string(),
@@ -380,6 +382,14 @@ impl Store {
             part_numbers: chosen.iter().map(|p| p.info.number).collect(),
             part_checksums: if chosen.iter().any(|p| !p.info.checksums.is_empty()) {
                 chosen.iter().map(|p| p.info.checksums.clone()).collect()
+            } else {
+                Vec::new()
+            },
+            part_annotations: if chosen.iter().any(|p| p.info.annotation.is_some()) {
+                chosen
+                    .iter()
+                    .map(|p| p.info.annotation.clone().unwrap_or_default())
+                    .collect()
             } else {
                 Vec::new()
             },

@@ -208,6 +208,7 @@ mod tests {
             part_sizes: Vec::new(),
             part_numbers: Vec::new(),
             part_checksums: Vec::new(),
+            part_annotations: Vec::new(),
         }
     }
 

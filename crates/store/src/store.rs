@@ -491,6 +491,7 @@ impl Store {
             part_sizes: Vec::new(),
             part_numbers: Vec::new(),
             part_checksums: Vec::new(),
+            part_annotations: Vec::new(),
         };
         if !written.chunks.is_empty() {
             // The chunks are durable before any record names them.
@@ -743,7 +744,7 @@ impl Store {
         self.delete_object_if(bucket, key, None).await
     }
 
-    /// Deletes an object if `condition` holds for it. `WriteCondition::ETag` or `Exists` with
+    /// Deletes an object if `condition` holds for it. `WriteCondition::ETag`, `Version` or `Exists` with
     /// no object under the key is `Ok(false)`, as S3 answers a conditional delete of a missing
     /// key.
     pub async fn delete_object_if(
@@ -760,7 +761,12 @@ impl Store {
             let _lock = self.lock(&rkey).await;
             if let Some(c) = condition {
                 match (c, self.current(bucket, key)) {
-                    (WriteCondition::ETag(_) | WriteCondition::Exists, None) => return Ok(false),
+                    (
+                        WriteCondition::ETag(_)
+                        | WriteCondition::Exists
+                        | WriteCondition::Version { .. },
+                        None,
+                    ) => return Ok(false),
                     (c, current) => c.check(current.as_ref(), bucket, key)?,
                 }
             }

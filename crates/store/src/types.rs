@@ -72,6 +72,14 @@ pub enum WriteCondition {
     Exists,
     /// `If-None-Match: "etag"`: no object under the key has this ETag (none at all will do).
     NotETag(String),
+    /// The object under the key is this version of it: this ETag, stored at this time (an
+    /// ETag alone is only a digest of the bytes, which a newer write may repeat).
+    Version {
+        /// Its ETag, without quotes.
+        etag: String,
+        /// When it was stored.
+        last_modified: SystemTime,
+    },
 }
 
 impl WriteCondition {
@@ -108,6 +116,20 @@ impl WriteCondition {
                 )))
             }
             (WriteCondition::NotETag(_), _) => Ok(()),
+            (WriteCondition::Version { .. }, None) => Err(StoreError::NoSuchKey {
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+            }),
+            (
+                WriteCondition::Version {
+                    etag,
+                    last_modified,
+                },
+                Some(o),
+            ) if o.etag == *etag && o.last_modified == *last_modified => Ok(()),
+            (WriteCondition::Version { .. }, Some(_)) => Err(StoreError::PreconditionFailed(
+                "the object under the key is another version".into(),
+            )),
         }
     }
 }
@@ -123,6 +145,9 @@ pub struct PartOptions {
     pub checksums_at_end: Option<ChecksumsAtEnd>,
     /// As [`PutOptions::sent_md5`]: the part's ETag is made from it.
     pub sent_md5: Option<SentMd5>,
+    /// An opaque string kept with the part and, once the upload completes, with the object
+    /// ([`ObjectInfo::part_annotations`]): the S3 layer keeps each part's encryption IV there.
+    pub annotation: Option<String>,
 }
 
 /// The MD5 of a body as the client sent it, known once the body has ended: for a body the
@@ -232,6 +257,9 @@ pub struct ObjectInfo {
     /// The checksums each of those parts was stored with, in order (empty when none had any).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub part_checksums: Vec<BTreeMap<String, String>>,
+    /// Those parts' annotations, in order (empty when none had one; `""` for one without).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub part_annotations: Vec<String>,
 }
 
 /// A byte range as a request states it.
@@ -371,6 +399,9 @@ pub struct PartInfo {
     pub last_modified: SystemTime,
     /// Checksums the client sent with it.
     pub checksums: BTreeMap<String, String>,
+    /// What the caller gave to keep with it ([`PartOptions::annotation`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotation: Option<String>,
 }
 
 /// `SystemTime` as nanoseconds since the Unix epoch.

@@ -9,7 +9,9 @@ mod worker;
 
 pub use worker::{expire, ExpiryReport};
 
-use crate::errors::{err, invalid_argument, no_configuration, not_implemented, store_error};
+use crate::errors::{
+    err, invalid_argument, invalid_request, no_configuration, not_implemented, store_error,
+};
 use crate::service::RailS3;
 use railstore_store::{ObjectInfo, Store};
 use s3s::dto::*;
@@ -58,6 +60,12 @@ fn check_rule(rule: &mut LifecycleRule) -> S3Result<()> {
         let n: u64 = rand::thread_rng().gen();
         format!("{n:016x}")
     });
+    // Rule IDs are sent back in `x-amz-expiration`, quoted.
+    if !id.chars().all(|c| c.is_ascii_graphic() || c == ' ') || id.contains('"') {
+        return Err(invalid_argument(
+            "A rule ID is printable ASCII without double quotes",
+        ));
+    }
     if id.chars().count() > ID_CHARS_MAX {
         return Err(invalid_argument(format!(
             "ID length should not exceed allowed limit of {ID_CHARS_MAX}"
@@ -88,6 +96,23 @@ fn check_rule(rule: &mut LifecycleRule) -> S3Result<()> {
                  integer",
             ));
         }
+    }
+    let filter = rule.filter.as_ref();
+    let tags_or_sizes = filter.is_some_and(|f| {
+        f.tag.is_some()
+            || f.object_size_greater_than.is_some()
+            || f.object_size_less_than.is_some()
+            || f.and.as_ref().is_some_and(|a| {
+                a.tags.as_ref().is_some_and(|t| !t.is_empty())
+                    || a.object_size_greater_than.is_some()
+                    || a.object_size_less_than.is_some()
+            })
+    });
+    if rule.abort_incomplete_multipart_upload.is_some() && tags_or_sizes {
+        // Uploads have no tags or size yet: such a rule would abort every upload it prefixes.
+        return Err(invalid_request(
+            "AbortIncompleteMultipartUpload cannot be specified with a tag or size filter",
+        ));
     }
     if let Some(a) = &rule.abort_incomplete_multipart_upload {
         if a.days_after_initiation.is_none_or(|d| d <= 0) {
@@ -285,6 +310,7 @@ mod tests {
             part_sizes: Vec::new(),
             part_numbers: Vec::new(),
             part_checksums: Vec::new(),
+            part_annotations: Vec::new(),
         }
     }
 

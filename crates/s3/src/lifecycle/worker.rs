@@ -20,8 +20,9 @@ pub struct ExpiryReport {
 }
 
 /// Applies every bucket's lifecycle rules as of `now`. An object is deleted only if it is
-/// still the one judged expired (its ETag is the condition), so a newer write under the key
-/// survives the pass.
+/// still the version judged expired (its ETag and time are the condition), so a newer write
+/// under the key survives the pass. (A change of tags keeps the version: an object whose tags
+/// stopped matching a rule between the judgement and the delete still goes.)
 pub async fn expire(store: &Store, now: SystemTime) -> ExpiryReport {
     let mut report = ExpiryReport::default();
     for bucket in store.list_buckets() {
@@ -85,7 +86,10 @@ async fn expire_objects(
             if at > now {
                 continue;
             }
-            let condition = WriteCondition::ETag(info.etag.clone());
+            let condition = WriteCondition::Version {
+                etag: info.etag.clone(),
+                last_modified: info.last_modified,
+            };
             match store
                 .delete_object_if(bucket, &info.key, Some(&condition))
                 .await

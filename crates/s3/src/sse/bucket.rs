@@ -78,6 +78,9 @@ pub(crate) async fn put_bucket_encryption(
         .kms_master_key_id
         .clone()
         .filter(|k| !k.is_empty());
+    if let Some(id) = &kms_key_id {
+        super::check_kms_key_id(id)?;
+    }
     let default = BucketDefault {
         algorithm,
         kms_key_id,

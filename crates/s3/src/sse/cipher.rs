@@ -1,10 +1,10 @@
 //! Object bytes under AES-256-CTR: streams that encrypt a body on its way to the store and
 //! decrypt a stored range on its way out.
 //!
-//! CTR keeps sizes and offsets, so ranges, listings and part sizes are the plaintext's. Each
-//! part of a multipart object has its own keystream: the IV with the part number XORed into
-//! its top 32 bits (a single-part object is part 0), so parts can be encrypted before anyone
-//! knows where they will start. Integrity is the store's (CRCs on every piece) and the ETag's.
+//! CTR keeps sizes and offsets, so ranges, listings and part sizes are the plaintext's. Every
+//! write of a part gets its own random IV (kept with the part, then with the object), so parts
+//! are encrypted before anyone knows where they will start, and a part sent again never reuses
+//! a keystream. Integrity is the store's (CRCs on every piece) and the ETag's.
 
 use super::keys::Key;
 use aes::Aes256;
@@ -19,7 +19,7 @@ use std::task::{Context, Poll};
 
 type Ctr = ctr::Ctr128BE<Aes256>;
 
-/// An object's (or upload's) data key and IV, opened.
+/// An object's (or upload's) data key, opened, and the IV of a single-part object.
 #[derive(Clone)]
 pub(crate) struct DataKey {
     pub key: Key,
@@ -27,13 +27,9 @@ pub(crate) struct DataKey {
 }
 
 impl DataKey {
-    /// The keystream of part `number` (0: a single-part object), at its start.
-    fn cipher(&self, number: u32) -> Ctr {
-        let mut iv = self.iv;
-        for (b, n) in iv[..4].iter_mut().zip(number.to_be_bytes()) {
-            *b ^= n;
-        }
-        Ctr::new((&self.key[..]).into(), (&iv).into())
+    /// The keystream from `iv`, at its start.
+    fn cipher(&self, iv: &[u8; 16]) -> Ctr {
+        Ctr::new((&self.key[..]).into(), iv.into())
     }
 }
 
@@ -47,7 +43,7 @@ impl PlainMd5 {
     }
 }
 
-/// A body encrypted as it streams, as part `number`; `content_md5` (the client's
+/// A body encrypted as it streams from `iv`; `content_md5` (the client's
 /// `Content-MD5`) is checked against the plaintext, and a mismatch ends the body with
 /// `BadDigest`, so the store keeps nothing.
 pub(crate) struct Encrypting {
@@ -62,13 +58,13 @@ impl Encrypting {
     pub fn new(
         inner: Body,
         key: &DataKey,
-        number: u32,
+        iv: [u8; 16],
         content_md5: Option<[u8; 16]>,
     ) -> (Encrypting, PlainMd5) {
         let plain_md5 = PlainMd5::default();
         let body = Encrypting {
             inner,
-            cipher: key.cipher(number),
+            cipher: key.cipher(&iv),
             md5: Some(Md5::new()),
             content_md5,
             plain_md5: plain_md5.clone(),
@@ -111,33 +107,36 @@ impl Stream for Encrypting {
     }
 }
 
-/// Where an object's parts start, and their numbers: what [`Decrypting`] needs to find each
-/// byte's keystream.
+/// Where an object's parts start, and their IVs: what [`Decrypting`] needs to find each
+/// byte's keystream. Never empty.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct PartMap(Vec<(u64, u32)>);
+pub(crate) struct PartMap(Vec<(u64, [u8; 16])>);
 
 impl PartMap {
-    /// A single-part object: part 0 from byte 0.
-    pub fn single() -> PartMap {
-        PartMap(vec![(0, 0)])
+    /// A single-part object: one keystream from byte 0.
+    pub fn single(iv: [u8; 16]) -> PartMap {
+        PartMap(vec![(0, iv)])
     }
 
-    /// A multipart object's parts, from their sizes and numbers.
-    pub fn multipart(sizes: &[u64], numbers: &[u32]) -> PartMap {
+    /// A multipart object's parts, from their sizes and IVs (as many of each, at least one).
+    pub fn multipart(sizes: &[u64], ivs: &[[u8; 16]]) -> Option<PartMap> {
+        if sizes.is_empty() || sizes.len() != ivs.len() {
+            return None;
+        }
         let mut at = 0;
         let mut v = Vec::with_capacity(sizes.len());
-        for (size, n) in sizes.iter().zip(numbers) {
-            v.push((at, *n));
+        for (size, iv) in sizes.iter().zip(ivs) {
+            v.push((at, *iv));
             at += size;
         }
-        PartMap(v)
+        Some(PartMap(v))
     }
 
-    /// The part holding byte `offset`: its index, start and number.
-    fn find(&self, offset: u64) -> (usize, u64, u32) {
+    /// The part holding byte `offset`: its index, start and IV.
+    fn find(&self, offset: u64) -> (usize, u64, [u8; 16]) {
         let i = self.0.partition_point(|(start, _)| *start <= offset).max(1) - 1;
-        let (start, n) = self.0[i];
-        (i, start, n)
+        let (start, iv) = self.0[i];
+        (i, start, iv)
     }
 
     /// Where part `i + 1` starts.
@@ -170,9 +169,9 @@ impl Decrypting {
     fn decrypt(&mut self, buf: &mut [u8]) {
         let mut done = 0;
         while done < buf.len() {
-            let (i, start, number) = self.parts.find(self.at);
+            let (i, start, iv) = self.parts.find(self.at);
             if self.current.as_ref().map(|(c, _)| *c) != Some(i) {
-                let mut c = self.key.cipher(number);
+                let mut c = self.key.cipher(&iv);
                 c.seek(self.at - start);
                 self.current = Some((i, c));
             }
@@ -238,22 +237,23 @@ mod tests {
     #[tokio::test]
     async fn ranges_across_parts_decrypt_to_the_plaintext() {
         let sizes = [1000u64, 17, 4096, 333];
-        let numbers = [2u32, 5, 6, 9];
+        let ivs = [[2u8; 16], [5; 16], [6; 16], [9; 16]];
         let plain: Vec<u8> = (0..sizes.iter().sum::<u64>())
             .map(|i| (i * 7 % 251) as u8)
             .collect();
         let mut stored = Vec::new();
         let mut at = 0usize;
-        for (size, n) in sizes.iter().zip(numbers) {
+        for (size, iv) in sizes.iter().zip(ivs) {
             let part = plain[at..at + *size as usize].to_vec();
-            let (enc, md5) = Encrypting::new(body(vec![part.clone()]), &key(), n, None);
+            let (enc, md5) = Encrypting::new(body(vec![part.clone()]), &key(), iv, None);
             let sealed = collect(enc).await;
             assert_ne!(sealed, part);
             assert_eq!(md5.get().unwrap(), <[u8; 16]>::from(Md5::digest(&part)));
             stored.extend(sealed);
             at += *size as usize;
         }
-        let map = PartMap::multipart(&sizes, &numbers);
+        let map = PartMap::multipart(&sizes, &ivs).unwrap();
+        assert!(PartMap::multipart(&sizes, &ivs[1..]).is_none());
         for (start, end, piece) in [
             (0, plain.len(), 64),
             (990, 1020, 7),
@@ -267,38 +267,34 @@ mod tests {
         }
     }
 
-    /// Equal plaintexts in two parts, or under two IVs, never share a keystream.
+    /// Two IVs never share a keystream; one IV always gives the same bytes.
     #[tokio::test]
-    async fn parts_and_objects_have_their_own_keystreams() {
+    async fn each_iv_is_its_own_keystream() {
         let plain = vec![0u8; 4096];
-        let sealed = |key: DataKey, n: u32| {
-            let (enc, _) = Encrypting::new(body(vec![plain.clone()]), &key, n, None);
+        let sealed = |iv: [u8; 16]| {
+            let (enc, _) = Encrypting::new(body(vec![plain.clone()]), &key(), iv, None);
             collect(enc)
         };
-        let one = sealed(key(), 1).await;
-        assert_ne!(one, sealed(key(), 2).await);
-        assert_ne!(one, sealed(key(), 0).await);
-        let mut other = key();
-        other.iv[15] ^= 1;
-        assert_ne!(one, sealed(other, 1).await);
-        assert_eq!(
-            one,
-            sealed(key(), 1).await,
-            "and the same part, the same bytes"
-        );
+        let mut iv = [1u8; 16];
+        let one = sealed(iv).await;
+        iv[15] ^= 1;
+        assert_ne!(one, sealed(iv).await);
+        iv[15] ^= 1;
+        assert_eq!(one, sealed(iv).await);
     }
 
     #[tokio::test]
     async fn a_wrong_content_md5_ends_the_body_with_bad_digest() {
-        let (mut enc, md5) = Encrypting::new(body(vec![b"abc".to_vec()]), &key(), 0, Some([0; 16]));
+        let (mut enc, md5) =
+            Encrypting::new(body(vec![b"abc".to_vec()]), &key(), [0; 16], Some([0; 16]));
         assert!(enc.next().await.unwrap().is_ok());
         assert!(matches!(
             enc.next().await,
             Some(Err(StoreError::BadDigest(_)))
         ));
         assert!(md5.get().is_none());
-        let single = PartMap::single();
-        let (enc, _) = Encrypting::new(body(vec![b"hello world".to_vec()]), &key(), 0, None);
+        let single = PartMap::single(key().iv);
+        let (enc, _) = Encrypting::new(body(vec![b"hello world".to_vec()]), &key(), key().iv, None);
         let sealed = collect(enc).await;
         let dec = Decrypting::new(body(vec![sealed[6..].to_vec()]), key(), single, 6);
         assert_eq!(collect(dec).await, b"world");

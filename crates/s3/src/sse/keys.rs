@@ -82,6 +82,13 @@ impl Keyring {
         }
     }
 
+    /// A public name of the master key (an HMAC of it, in hex), to tell one key from another
+    /// without revealing either; `None` without a master key.
+    pub fn key_id(&self) -> Option<String> {
+        let k = self.derive("key id")?;
+        Some(hex_encode(&k[..16]))
+    }
+
     /// The key-encryption key for `purpose` (`sse-s3`, `kms:<id>`).
     pub(crate) fn derive(&self, purpose: &str) -> Option<Key> {
         let master = self.master.as_ref()?;

@@ -144,6 +144,9 @@ pub(crate) fn requested(
 ) -> S3Result<Option<Scheme>> {
     let customer = customer(c)?;
     let kms_key_id = kms_key_id.filter(|k| !k.is_empty()).cloned();
+    if let Some(id) = &kms_key_id {
+        check_kms_key_id(id)?;
+    }
     let scheme = match (sse.map(ServerSideEncryption::as_str), customer, kms_key_id) {
         (None, None, None) => default,
         (None, Some(c), None) => Some(Scheme::Customer(c)),
@@ -178,6 +181,16 @@ pub(crate) fn requested(
         }
     };
     Ok(scheme)
+}
+
+/// A KMS key id is sent back in a response header: printable ASCII only.
+pub(crate) fn check_kms_key_id(id: &str) -> S3Result<()> {
+    if id.len() > 2048 || !id.chars().all(|c| c.is_ascii_graphic()) {
+        return Err(invalid_argument(
+            "A KMS key id is printable ASCII, at most 2048 characters",
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses a read (GET, HEAD) that names a server-side encryption: reads never choose one.
@@ -435,30 +448,63 @@ pub(crate) fn open(
     }
 }
 
-/// `body` encrypted under `key` as part `number` (0: a whole object), `content_md5` checked
-/// against its plaintext; and, for SSE-S3, the plaintext's MD5 for the ETag (as AWS: SSE-C and
-/// KMS ETags are not the plaintext's MD5).
+/// `body` encrypted under `key` from `iv`, `content_md5` checked against its plaintext, and
+/// what its ETag is made from: for SSE-S3 the plaintext's MD5, as AWS; for SSE-C and KMS an
+/// HMAC of that MD5 under the data key, which reveals nothing of the plaintext to whoever
+/// lacks the key, yet is the same for the same bytes (a part sent again keeps its ETag though
+/// each write has its own IV).
 pub(crate) fn encrypt(
     body: Body,
     sealed: &Sealed,
     key: &DataKey,
-    number: u32,
+    iv: [u8; 16],
     content_md5: Option<[u8; 16]>,
-) -> (Body, Option<SentMd5>) {
-    let (encrypting, md5) = Encrypting::new(body, key, number, content_md5);
-    let sent = (sealed.mode == AES256).then(|| SentMd5::new(move || md5.get()));
+) -> (Body, SentMd5) {
+    let (encrypting, md5) = Encrypting::new(body, key, iv, content_md5);
+    let sent = if sealed.mode == AES256 {
+        SentMd5::new(move || md5.get())
+    } else {
+        let data_key = key.key.clone();
+        SentMd5::new(move || {
+            let plain = md5.get()?;
+            let mut mac = <hmac::Hmac<sha2::Sha256> as hmac::Mac>::new_from_slice(&data_key[..])
+                .expect("any key size");
+            hmac::Mac::update(&mut mac, b"railstore etag ");
+            hmac::Mac::update(&mut mac, &plain);
+            let out = hmac::Mac::finalize(mac).into_bytes();
+            Some(<[u8; 16]>::try_from(&out[..16]).expect("16 of 32 bytes"))
+        })
+    };
     (Box::pin(encrypting), sent)
 }
 
-/// A stored range of an object from byte `start`, decrypted when `key` is given.
-pub(crate) fn decrypt(body: Body, key: Option<DataKey>, info: &ObjectInfo, start: u64) -> Body {
-    let Some(key) = key else { return body };
+/// A stored range of an object from byte `start`, decrypted when `key` is given: a
+/// single-part object from its IV, a multipart one from each part's.
+pub(crate) fn decrypt(
+    body: Body,
+    key: Option<DataKey>,
+    info: &ObjectInfo,
+    start: u64,
+) -> S3Result<Body> {
+    let Some(key) = key else { return Ok(body) };
     let parts = if info.parts == 0 {
-        PartMap::single()
+        PartMap::single(key.iv)
     } else {
-        PartMap::multipart(&info.part_sizes, &info.part_numbers)
+        let ivs: Option<Vec<[u8; 16]>> = info
+            .part_annotations
+            .iter()
+            .map(|a| unb64(a).and_then(|v| <[u8; 16]>::try_from(v).ok()))
+            .collect();
+        ivs.filter(|ivs| ivs.len() == info.parts as usize)
+            .and_then(|ivs| PartMap::multipart(&info.part_sizes, &ivs))
+            .ok_or_else(|| {
+                err(
+                    S3ErrorCode::InternalError,
+                    "the encrypted object's part records are damaged",
+                )
+            })?
     };
-    Box::pin(Decrypting::new(body, key, parts, start))
+    Ok(Box::pin(Decrypting::new(body, key, parts, start)))
 }
 
 /// Takes an object's encryption out of its stored headers (a copy gets its own).
@@ -507,14 +553,14 @@ pub(crate) fn seal_into(
 }
 
 /// A part's body on its way into an upload encrypted as `sealed` (if at all): the request's
-/// SSE-C key must be the upload's; the body is encrypted as part `number`, `content_md5`
-/// checked against its plaintext (else by the store, in `options`).
+/// SSE-C key must be the upload's; the body is encrypted from a new random IV, kept with the
+/// part (so a part sent again never reuses a keystream), `content_md5` checked against its
+/// plaintext (else by the store, in `options`).
 pub(crate) fn part_body(
     body: Body,
     sealed: Option<&Sealed>,
     customer: Option<&CustomerKey>,
     ring: &Keyring,
-    number: u32,
     content_md5: Option<[u8; 16]>,
     options: &mut PartOptions,
 ) -> S3Result<Body> {
@@ -524,7 +570,9 @@ pub(crate) fn part_body(
         return Ok(body);
     };
     let key = sealed.open(customer, ring)?;
-    let (body, sent_md5) = encrypt(body, sealed, &key, number, content_md5);
-    options.sent_md5 = sent_md5;
+    let iv: [u8; 16] = keys::random();
+    options.annotation = Some(b64(&iv));
+    let (body, sent_md5) = encrypt(body, sealed, &key, iv, content_md5);
+    options.sent_md5 = Some(sent_md5);
     Ok(body)
 }
