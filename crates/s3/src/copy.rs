@@ -78,6 +78,18 @@ async fn read_source(
     sse::decrypt(got.body, data_key, &got.info, got.range.0)
 }
 
+/// Whether a copy's `x-amz-metadata-directive` or `x-amz-tagging-directive` (`what`) is
+/// `REPLACE` (the source's are kept with `COPY`, the default).
+fn replaces(directive: Option<&str>, what: &str) -> S3Result<bool> {
+    match directive {
+        None | Some("COPY") => Ok(false),
+        Some("REPLACE") => Ok(true),
+        Some(other) => Err(invalid_argument(format!(
+            "Unknown {what} directive {other:?}"
+        ))),
+    }
+}
+
 pub(crate) async fn copy_object(
     s3: &RailS3,
     req: S3Request<CopyObjectInput>,
@@ -95,19 +107,13 @@ pub(crate) async fn copy_object(
     check_source_conditions!(input, src);
     let src_sealed = sse::Sealed::from_headers(&src.headers)?;
     let src_data_key = sse::open(src_sealed.as_ref(), src_customer.as_ref(), &s3.keyring)?;
-    let replace = match input
-        .metadata_directive
-        .as_ref()
-        .map(MetadataDirective::as_str)
-    {
-        None | Some(MetadataDirective::COPY) => false,
-        Some(MetadataDirective::REPLACE) => true,
-        Some(other) => {
-            return Err(invalid_argument(format!(
-                "Unknown metadata directive {other:?}"
-            )))
-        }
-    };
+    let replace = replaces(
+        input
+            .metadata_directive
+            .as_ref()
+            .map(MetadataDirective::as_str),
+        "metadata",
+    )?;
     let mechanism = s3.mechanism(&headers, input.storage_class.as_ref())?;
     let same = src_bucket == input.bucket && src_key == input.key;
     let asks_encryption =
@@ -145,19 +151,13 @@ pub(crate) async fn copy_object(
     };
     options.checksums = body_checksums;
     // The tags: the source's (`COPY`, the default) or the request's (`REPLACE`).
-    let replace_tags = match input
-        .tagging_directive
-        .as_ref()
-        .map(TaggingDirective::as_str)
-    {
-        None | Some(TaggingDirective::COPY) => false,
-        Some(TaggingDirective::REPLACE) => true,
-        Some(other) => {
-            return Err(invalid_argument(format!(
-                "Unknown tagging directive {other:?}"
-            )))
-        }
-    };
+    let replace_tags = replaces(
+        input
+            .tagging_directive
+            .as_ref()
+            .map(TaggingDirective::as_str),
+        "tagging",
+    )?;
     let tags = if replace_tags {
         input
             .tagging

@@ -66,13 +66,7 @@ fn wildcard_match(pattern: &str, s: &str) -> bool {
 }
 
 fn rules(store: &Store, bucket: &str) -> Vec<Rule> {
-    let Ok(Some(text)) = store.bucket_setting(bucket, SETTING) else {
-        return Vec::new();
-    };
-    serde_json::from_str(&text).unwrap_or_else(|e| {
-        tracing::warn!(bucket, error = %e, "a bucket's stored CORS rules are damaged");
-        Vec::new()
-    })
+    crate::fields::json_setting(store, bucket, SETTING).unwrap_or_default()
 }
 
 pub(crate) async fn put_bucket_cors(

@@ -291,3 +291,18 @@ pub(crate) fn owner() -> Owner {
         id: Some(OWNER_ID.to_string()),
     }
 }
+
+/// A bucket setting stored as JSON (CORS rules, lifecycle rules): `None` when the bucket has
+/// none, or it cannot be read (then said in the log).
+pub(crate) fn json_setting<T: serde::de::DeserializeOwned>(
+    store: &railstore_store::Store,
+    bucket: &str,
+    setting: &str,
+) -> Option<T> {
+    let text = store.bucket_setting(bucket, setting).ok()??;
+    serde_json::from_str(&text)
+        .map_err(
+            |e| tracing::warn!(bucket, setting, error = %e, "a stored bucket setting is damaged"),
+        )
+        .ok()
+}

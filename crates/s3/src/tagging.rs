@@ -57,16 +57,22 @@ fn checked(pairs: Vec<(String, String)>, max: usize) -> S3Result<Tags> {
     Ok(tags)
 }
 
+/// The pairs of a `k=v&k2=v2` text, URL-decoded (`k` alone: empty value); `None` when it is
+/// not URL-encoded.
+fn pairs(v: &str) -> Option<Vec<(String, String)>> {
+    v.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            Some((url_decode(k)?, url_decode(v)?))
+        })
+        .collect()
+}
+
 /// The tags of an `x-amz-tagging` header (`k=v&k2=v2`, URL-encoded; `k` alone: empty value).
 pub(crate) fn from_header(v: &str) -> S3Result<Tags> {
-    let decode = |s: &str| {
-        url_decode(s).ok_or_else(|| invalid_tag("The x-amz-tagging header is not URL-encoded"))
-    };
-    let mut pairs = Vec::new();
-    for pair in v.split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        pairs.push((decode(k)?, decode(v)?));
-    }
+    let pairs =
+        pairs(v).ok_or_else(|| invalid_tag("The x-amz-tagging header is not URL-encoded"))?;
     checked(pairs, OBJECT_TAGS_MAX)
 }
 
@@ -207,16 +213,10 @@ pub(crate) async fn get_bucket_tagging(
             "The TagSet does not exist",
         ));
     };
-    let pairs = text
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .filter_map(|p| {
-            let (k, v) = p.split_once('=')?;
-            Some((url_decode(k)?, url_decode(v)?))
-        })
-        .collect::<Tags>();
+    // Written by `encode` only, so it parses.
+    let tags: Tags = pairs(&text).unwrap_or_default().into_iter().collect();
     Ok(S3Response::new(GetBucketTaggingOutput {
-        tag_set: to_set(&pairs),
+        tag_set: to_set(&tags),
     }))
 }
 

@@ -27,13 +27,7 @@ const DAY: Duration = Duration::from_secs(86_400);
 
 /// A bucket's rules (none when it has no configuration, or it cannot be read).
 pub(crate) fn rules(store: &Store, bucket: &str) -> Vec<LifecycleRule> {
-    let Ok(Some(text)) = store.bucket_setting(bucket, SETTING) else {
-        return Vec::new();
-    };
-    serde_json::from_str(&text).unwrap_or_else(|e| {
-        tracing::warn!(bucket, error = %e, "a bucket's stored lifecycle rules are damaged");
-        Vec::new()
-    })
+    crate::fields::json_setting(store, bucket, SETTING).unwrap_or_default()
 }
 
 fn malformed(why: &str) -> s3s::S3Error {
