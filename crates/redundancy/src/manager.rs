@@ -748,17 +748,35 @@ impl Inner {
 
     /// Syncs the given devices at once; devices marked failed have nothing to sync. A device
     /// that fails during its sync leaves service (what it held is read from the others, as
-    /// for any failed device), so it does not fail the sync; other errors do.
+    /// for any failed device), so it does not fail the sync while the devices out of service
+    /// are within the policy's tolerance; beyond it the sync fails, since what it covers may
+    /// be durable nowhere. Other errors fail it too.
     async fn sync_devices(&self, devices: impl Iterator<Item = usize>) -> Result<()> {
-        join_all(devices.map(|d| async move {
-            match self.io.sync(d).await {
-                Err(_) if self.io.is_failed(d) => Ok(()),
-                r => r.map_err(|source| RedundancyError::Device { device: d, source }),
+        let results = join_all(devices.map(|d| async move { (d, self.io.sync(d).await) })).await;
+        let mut left_service = None;
+        for (d, r) in results {
+            match r {
+                Ok(()) => {}
+                Err(source) if self.io.is_failed(d) => {
+                    left_service.get_or_insert(RedundancyError::Device { device: d, source });
+                }
+                Err(source) => return Err(RedundancyError::Device { device: d, source }),
             }
-        }))
-        .await
-        .into_iter()
-        .collect()
+        }
+        match left_service {
+            Some(e) if self.devices_out_of_service() > self.tolerance() => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    fn devices_out_of_service(&self) -> usize {
+        (0..self.io.len()).filter(|&d| self.io.is_failed(d)).count()
+    }
+
+    /// Device losses every object of the policy survives.
+    fn tolerance(&self) -> usize {
+        let mechanisms = self.config.policy.mechanisms();
+        mechanisms.iter().map(|m| m.tolerance()).min().unwrap_or(0)
     }
 }
 

@@ -5,7 +5,9 @@
 //! - a write that does not land on a device (it is full, or keeps failing) takes that device
 //!   out of service, and the write goes on with the others: the device held the old piece, and
 //!   a read that preferred it would have returned the old version;
-//! - a hung device is cut off by the operation timeout instead of stalling the array.
+//! - a hung device is cut off by the operation timeout instead of stalling the array;
+//! - a device whose sync fails leaves service and the sync succeeds without it, but only
+//!   while the devices out of service are within the tolerance: beyond it, the sync fails.
 
 use railstore_device::{
     Device, DeviceError, DeviceInfo, IterBatch, IterRequest, Limits, MemDevice, ReadRange,
@@ -25,6 +27,8 @@ struct Flaky {
     full: AtomicBool,
     /// Every operation waits for ever.
     hung: AtomicBool,
+    /// Syncs fail.
+    failing_syncs: AtomicBool,
 }
 
 impl Flaky {
@@ -34,6 +38,7 @@ impl Flaky {
             failing_reads: AtomicU64::new(0),
             full: AtomicBool::new(false),
             hung: AtomicBool::new(false),
+            failing_syncs: AtomicBool::new(false),
         })
     }
 
@@ -87,6 +92,12 @@ impl Device for Flaky {
     }
     async fn sync(&self) -> Result<(), DeviceError> {
         self.gate().await;
+        if self.failing_syncs.load(Ordering::SeqCst) {
+            return Err(DeviceError::io(
+                "syncing",
+                std::io::Error::other("injected EIO"),
+            ));
+        }
         self.inner.sync().await
     }
     fn limits(&self) -> Limits {
@@ -235,5 +246,30 @@ async fn a_hung_device_is_cut_off_by_the_timeout() {
     assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
     for k in &keys {
         assert_eq!(m.get(k, ReadRange::ALL).await.unwrap().0, vec![8u8; 9000]);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sync_fails_when_more_devices_fail_in_it_than_the_tolerance() {
+    for mech in ["rep3", "split3+3"] {
+        let (m, flaky, recorded) = array(mech, FaultPolicy::default()).await;
+        m.put(b"k", b"v1", StoreMode::Upsert, None).await.unwrap();
+        // One device failing in the sync: within the tolerance of 2.
+        flaky[1].failing_syncs.store(true, Ordering::SeqCst);
+        m.sync()
+            .await
+            .unwrap_or_else(|e| panic!("{mech}: one device out: {e}"));
+        assert_eq!(*recorded.lock().unwrap(), vec![1], "{mech}");
+        // Three more: what the sync covers may now be durable nowhere, and it must say so.
+        m.put(b"k", b"v2", StoreMode::Upsert, None).await.unwrap();
+        for d in [0, 2, 4] {
+            flaky[d].failing_syncs.store(true, Ordering::SeqCst);
+        }
+        let res = m.sync().await;
+        assert!(
+            res.is_err(),
+            "{mech}: a sync with {} devices out of service succeeded",
+            recorded.lock().unwrap().len()
+        );
     }
 }

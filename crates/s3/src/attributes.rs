@@ -2,7 +2,7 @@
 //! checksums), storage class and size, each when asked for.
 
 use crate::errors::store_error;
-use crate::fields::{check_version, standard_class, ChecksumFields};
+use crate::fields::{standard_class, ChecksumFields};
 use crate::list::page_size;
 use crate::service::RailS3;
 use crate::sse;
@@ -15,11 +15,10 @@ pub(crate) async fn get_object_attributes(
     req: S3Request<GetObjectAttributesInput>,
 ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
     let input = req.input;
-    check_version(input.version_id.as_deref())?;
     let customer = sse::customer(sse::customer_headers!(input))?;
     let info = s3
         .store
-        .head_object(&input.bucket, &input.key)
+        .head_object_version(&input.bucket, &input.key, input.version_id.as_deref())
         .map_err(store_error)?;
     // As a GET: an SSE-C object's attributes need its key.
     let sealed = sse::Sealed::from_headers(&info.headers)?;
@@ -86,6 +85,7 @@ pub(crate) async fn get_object_attributes(
         storage_class: wants(ObjectAttributes::STORAGE_CLASS).then(standard_class),
         object_size: wants(ObjectAttributes::OBJECT_SIZE).then_some(info.size as i64),
         last_modified: Some(util::timestamp(info.last_modified)),
+        version_id: crate::versioning::version_header(&s3.store, &input.bucket, &info),
         ..GetObjectAttributesOutput::default()
     }))
 }

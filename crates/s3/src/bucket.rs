@@ -158,17 +158,6 @@ pub(crate) async fn get_bucket_location(
     }))
 }
 
-pub(crate) async fn get_bucket_versioning(
-    s3: &RailS3,
-    req: S3Request<GetBucketVersioningInput>,
-) -> S3Result<S3Response<GetBucketVersioningOutput>> {
-    s3.store
-        .head_bucket(&req.input.bucket)
-        .map_err(store_error)?;
-    // Never versioned: no status at all.
-    Ok(S3Response::new(GetBucketVersioningOutput::default()))
-}
-
 pub(crate) async fn get_bucket_ownership_controls(
     s3: &RailS3,
     req: S3Request<GetBucketOwnershipControlsInput>,

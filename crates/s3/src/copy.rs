@@ -8,22 +8,24 @@ use crate::service::RailS3;
 use crate::sse;
 use crate::tagging;
 use crate::util::{self, Conditions, Verdict};
+use crate::versioning;
 use railstore_store::{Body, Mechanism, ObjectInfo, PartOptions, PutOptions, RangeSpec};
 use s3s::dto::*;
 use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
 use std::collections::BTreeMap;
 
-/// The bucket and key a copy reads (a version other than `null` is refused).
-fn copy_source(source: &CopySource) -> S3Result<(String, String)> {
+/// The bucket, key and version (`None`: the current one) a copy reads.
+fn copy_source(source: &CopySource) -> S3Result<(String, String, Option<String>)> {
     match source {
         CopySource::Bucket {
             bucket,
             key,
             version_id,
-        } => {
-            check_version(version_id.as_deref())?;
-            Ok((bucket.to_string(), key.to_string()))
-        }
+        } => Ok((
+            bucket.to_string(),
+            key.to_string(),
+            version_id.as_deref().map(str::to_string),
+        )),
         _ => Err(not_implemented(
             "copying from access points is not supported",
         )),
@@ -54,15 +56,14 @@ macro_rules! check_source_conditions {
 /// key.
 async fn read_source(
     s3: &RailS3,
-    bucket: &str,
-    key: &str,
+    (bucket, key, version): (&str, &str, Option<&str>),
     src: &ObjectInfo,
     range: Option<RangeSpec>,
     data_key: Option<sse::DataKey>,
 ) -> S3Result<Body> {
     let got = s3
         .store
-        .get_object(bucket, key, range)
+        .get_object_version(bucket, key, version, range)
         .await
         .map_err(store_error)?;
     let same = got.info.etag == src.etag
@@ -95,14 +96,14 @@ pub(crate) async fn copy_object(
     req: S3Request<CopyObjectInput>,
 ) -> S3Result<S3Response<CopyObjectOutput>> {
     let S3Request { input, headers, .. } = req;
-    let (src_bucket, src_key) = copy_source(&input.copy_source)?;
+    let (src_bucket, src_key, src_version) = copy_source(&input.copy_source)?;
     refuse_object_lock(object_lock_requested!(input))?;
     let src_customer = sse::customer(sse::customer_headers!(input, copy_source))?;
     s3.store.head_bucket(&input.bucket).map_err(store_error)?;
     let dest_scheme = sse::write_scheme!(s3, input)?;
     let src = s3
         .store
-        .head_object(&src_bucket, &src_key)
+        .head_object_version(&src_bucket, &src_key, src_version.as_deref())
         .map_err(store_error)?;
     check_source_conditions!(input, src);
     let src_sealed = sse::Sealed::from_headers(&src.headers)?;
@@ -115,7 +116,8 @@ pub(crate) async fn copy_object(
         "metadata",
     )?;
     let mechanism = s3.mechanism(&headers, input.storage_class.as_ref())?;
-    let same = src_bucket == input.bucket && src_key == input.key;
+    // An older version copied over the current one changes the object.
+    let same = src_bucket == input.bucket && src_key == input.key && src_version.is_none();
     let asks_encryption =
         input.server_side_encryption.is_some() || input.sse_customer_algorithm.is_some();
     if same
@@ -173,7 +175,12 @@ pub(crate) async fn copy_object(
         // Unchanged, a copy keeps the source's mechanism.
         options.mechanism = Mechanism::parse(&src.mechanism).ok();
     }
-    let body = read_source(s3, &src_bucket, &src_key, &src, None, src_data_key).await?;
+    let source = (
+        src_bucket.as_str(),
+        src_key.as_str(),
+        src_version.as_deref(),
+    );
+    let body = read_source(s3, source, &src, None, src_data_key).await?;
     let (body, sealed) = match &dest_scheme {
         None => (body, None),
         Some(scheme) => {
@@ -197,6 +204,8 @@ pub(crate) async fn copy_object(
             },
             c
         )),
+        version_id: info.version_id.clone(),
+        copy_source_version_id: versioning::version_header(&s3.store, &src_bucket, &src),
         ..CopyObjectOutput::default()
     };
     sse::set_sse!(output, sse::Answer::of(sealed.as_ref()));
@@ -231,7 +240,7 @@ pub(crate) async fn upload_part_copy(
     req: S3Request<UploadPartCopyInput>,
 ) -> S3Result<S3Response<UploadPartCopyOutput>> {
     let input = req.input;
-    let (src_bucket, src_key) = copy_source(&input.copy_source)?;
+    let (src_bucket, src_key, src_version) = copy_source(&input.copy_source)?;
     let number = part_number(input.part_number)?;
     let range = input
         .copy_source_range
@@ -248,7 +257,7 @@ pub(crate) async fn upload_part_copy(
     sse::check_customer(sealed.as_ref(), customer.as_ref())?;
     let src = s3
         .store
-        .head_object(&src_bucket, &src_key)
+        .head_object_version(&src_bucket, &src_key, src_version.as_deref())
         .map_err(store_error)?;
     check_source_conditions!(input, src);
     let src_sealed = sse::Sealed::from_headers(&src.headers)?;
@@ -269,7 +278,12 @@ pub(crate) async fn upload_part_copy(
             last: Some(last),
         }),
     };
-    let body = read_source(s3, &src_bucket, &src_key, &src, spec, src_data_key).await?;
+    let source = (
+        src_bucket.as_str(),
+        src_key.as_str(),
+        src_version.as_deref(),
+    );
+    let body = read_source(s3, source, &src, spec, src_data_key).await?;
     let mut options = PartOptions::default();
     let body = sse::part_body(
         body,
@@ -297,7 +311,7 @@ pub(crate) async fn upload_part_copy(
             last_modified: Some(util::timestamp(part.last_modified)),
             ..CopyPartResult::default()
         }),
-        copy_source_version_id: None,
+        copy_source_version_id: versioning::version_header(&s3.store, &src_bucket, &src),
         ..UploadPartCopyOutput::default()
     };
     sse::set_sse!(output, sse::Answer::of(sealed.as_ref()));

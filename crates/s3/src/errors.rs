@@ -25,6 +25,21 @@ pub(crate) fn store_error(e: StoreError) -> S3Error {
         StoreError::InvalidPartOrder => C::InvalidPartOrder,
         StoreError::PreconditionFailed(_) => C::PreconditionFailed,
         StoreError::InvalidArgument(_) => C::InvalidArgument,
+        StoreError::NoSuchVersion { .. } => C::NoSuchVersion,
+        StoreError::DeleteMarker(version) => {
+            // A delete marker has nothing to read; the headers say what it is.
+            let mut e = S3Error::with_message(C::MethodNotAllowed, msg.clone());
+            let mut h = http::HeaderMap::new();
+            h.insert(
+                "x-amz-delete-marker",
+                http::HeaderValue::from_static("true"),
+            );
+            if let Ok(v) = http::HeaderValue::from_str(version) {
+                h.insert("x-amz-version-id", v);
+            }
+            e.set_headers(h);
+            return e;
+        }
         StoreError::ShuttingDown => C::ServiceUnavailable,
         _ => {
             tracing::error!(error = %e, "internal error");

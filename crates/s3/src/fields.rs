@@ -2,7 +2,7 @@
 //! way to the store, checksums in answers, and the refusals of what railstore does not do.
 
 use crate::checksum::{self, Algorithm, Outcome};
-use crate::errors::{err, invalid_argument, not_implemented};
+use crate::errors::{err, not_implemented};
 use crate::service::MECHANISM_HEADER;
 use crate::util;
 use http::{HeaderMap, HeaderValue};
@@ -177,15 +177,6 @@ pub(crate) fn mechanism_headers(mechanism: &str) -> HeaderMap {
         h.insert(MECHANISM_HEADER, v);
     }
     h
-}
-
-pub(crate) fn check_version(version_id: Option<&str>) -> S3Result<()> {
-    match version_id {
-        None | Some("null") => Ok(()),
-        Some(_) => Err(invalid_argument(
-            "Invalid version id specified (buckets are not versioned)",
-        )),
-    }
 }
 
 pub(crate) fn content_md5(v: Option<&String>) -> S3Result<Option<[u8; 16]>> {

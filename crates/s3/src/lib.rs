@@ -111,6 +111,7 @@ mod service;
 mod sse;
 mod tagging;
 mod util;
+mod versioning;
 
 pub use lifecycle::{expire as apply_lifecycle, ExpiryReport};
 pub use server::{

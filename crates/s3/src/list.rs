@@ -1,5 +1,5 @@
-//! Listings of keys: ListObjects (V1, V2) and ListObjectVersions, and the paging and
-//! encoding that the multipart listings share.
+//! Listings of keys: ListObjects (V1, V2), and the paging and encoding that the multipart
+//! listings and ListObjectVersions (`versioning.rs`) share.
 
 use crate::errors::{invalid_argument, store_error};
 use crate::fields::{owner, standard_class};
@@ -41,6 +41,8 @@ macro_rules! listing_output {
         }
     };
 }
+
+pub(crate) use {key_listing, listing_output};
 
 /// A listing's page size from its `max-keys` (or `max-parts`, `max-uploads`: `name`).
 pub(crate) fn page_size(v: Option<i32>, name: &str) -> S3Result<usize> {
@@ -202,55 +204,6 @@ pub(crate) async fn list_objects(
             marker: Some(l.enc.s(input.marker.as_deref().unwrap_or_default())),
             contents: (!contents.is_empty()).then_some(contents),
             next_marker: next_marker,
-        },
-        input,
-        l,
-        page
-    )))
-}
-
-pub(crate) async fn list_object_versions(
-    s3: &RailS3,
-    req: S3Request<ListObjectVersionsInput>,
-) -> S3Result<S3Response<ListObjectVersionsOutput>> {
-    let input = req.input;
-    let l = key_listing!(input);
-    if input.version_id_marker.is_some() && input.key_marker.is_none() {
-        return Err(invalid_argument(
-            "A version-id marker cannot be specified without a key marker.",
-        ));
-    }
-    // One version per key: every version of the marker's key comes before "null".
-    let after = nonempty(input.key_marker.clone());
-    let page = list(s3, &input.bucket, &l, input.delimiter.as_ref(), after)?;
-    let enc = &l.enc;
-    let versions: Vec<ObjectVersion> = page
-        .objects
-        .iter()
-        .map(|o| ObjectVersion {
-            key: Some(enc.s(&o.key)),
-            size: Some(o.size as i64),
-            e_tag: Some(ETag::Strong(o.etag.clone())),
-            last_modified: Some(util::timestamp(o.last_modified)),
-            is_latest: Some(true),
-            version_id: Some("null".to_string()),
-            owner: Some(owner()),
-            storage_class: Some(standard_class()),
-            ..ObjectVersion::default()
-        })
-        .collect();
-    let last_is_object = page
-        .next_after
-        .as_ref()
-        .is_some_and(|n| page.objects.last().is_some_and(|o| &o.key == n));
-    Ok(S3Response::new(listing_output!(
-        ListObjectVersionsOutput {
-            key_marker: Some(enc.s(input.key_marker.as_deref().unwrap_or_default())),
-            version_id_marker: Some(input.version_id_marker.clone().unwrap_or_default()),
-            next_key_marker: next_marker(&page, enc),
-            next_version_id_marker: (page.truncated && last_is_object).then(|| "null".to_string()),
-            versions: (!versions.is_empty()).then_some(versions),
-            delete_markers: None,
         },
         input,
         l,

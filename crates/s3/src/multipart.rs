@@ -267,10 +267,11 @@ pub(crate) async fn complete_multipart_upload(
         CompleteMultipartUploadOutput {
             bucket: Some(input.bucket.clone()),
             key: Some(input.key.clone()),
-            e_tag: Some(ETag::Strong(info.etag)),
+            e_tag: Some(ETag::Strong(info.etag.clone())),
             location: Some(format!("/{}/{}", input.bucket, input.key)),
             server_side_encryption: answer.sse.clone(),
             ssekms_key_id: answer.kms_key_id.clone(),
+            version_id: info.version_id.clone(),
         },
         c
     );

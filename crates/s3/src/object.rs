@@ -9,9 +9,10 @@ use crate::service::RailS3;
 use crate::sse;
 use crate::tagging;
 use crate::util::{self, Conditions, Verdict};
+use crate::versioning;
 use futures_util::StreamExt;
 use http::{HeaderMap, HeaderValue, StatusCode};
-use railstore_store::{ObjectInfo, RangeSpec, StoreError};
+use railstore_store::{version_name, Deleted, ObjectInfo, RangeSpec, StoreError};
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 use std::collections::HashMap;
@@ -232,6 +233,8 @@ pub(crate) async fn put_object(
     let mut output = with_checksums!(
         PutObjectOutput {
             e_tag: Some(ETag::Strong(info.etag.clone())),
+            // A write names the version it made; a null version is not named.
+            version_id: info.version_id.clone(),
         },
         c
     );
@@ -248,7 +251,8 @@ pub(crate) async fn get_object(
     req: S3Request<GetObjectInput>,
 ) -> S3Result<S3Response<GetObjectOutput>> {
     let input = &req.input;
-    check_version(input.version_id.as_deref())?;
+    let version = input.version_id.as_deref();
+    let missing = |e| versioning::read_error(&s3.store, &input.bucket, &input.key, e);
     sse::refuse_on_read(&req.headers)?;
     let customer = sse::customer(sse::customer_headers!(input))?;
     let conditions = read_conditions!(input);
@@ -258,19 +262,23 @@ pub(crate) async fn get_object(
     if let Some(n) = input.part_number {
         let info = s3
             .store
-            .head_object(&input.bucket, &input.key)
-            .map_err(store_error)?;
+            .head_object_version(&input.bucket, &input.key, version)
+            .map_err(missing)?;
         range = part_spec(&info, part_range(&info, n, range)?);
         part = Some((info.etag.clone(), info.parts.max(1)));
     }
-    let got = match s3.store.get_object(&input.bucket, &input.key, range).await {
+    let got = s3
+        .store
+        .get_object_version(&input.bucket, &input.key, version, range)
+        .await;
+    let got = match got {
         Ok(g) => g,
         Err(StoreError::InvalidRange { size }) => {
             if conditions.any() {
                 let info = s3
                     .store
-                    .head_object(&input.bucket, &input.key)
-                    .map_err(store_error)?;
+                    .head_object_version(&input.bucket, &input.key, version)
+                    .map_err(missing)?;
                 verdict_error(conditions.evaluate(&info.etag, info.last_modified), &info)?;
             }
             let mut e = store_error(StoreError::InvalidRange { size });
@@ -286,7 +294,7 @@ pub(crate) async fn get_object(
             e.set_headers(h);
             return Err(e);
         }
-        Err(e) => return Err(store_error(e)),
+        Err(e) => return Err(missing(e)),
     };
     let info = &got.info;
     if part.as_ref().is_some_and(|(etag, _)| *etag != info.etag) {
@@ -318,6 +326,7 @@ pub(crate) async fn get_object(
             content_range: content_range,
             parts_count: part.map(|(_, n)| n as i32),
             tag_count: tagging::count(info),
+            version_id: versioning::version_header(&s3.store, &input.bucket, info),
         },
         d
     );
@@ -334,13 +343,12 @@ pub(crate) async fn head_object(
     req: S3Request<HeadObjectInput>,
 ) -> S3Result<S3Response<HeadObjectOutput>> {
     let input = &req.input;
-    check_version(input.version_id.as_deref())?;
     sse::refuse_on_read(&req.headers)?;
     let customer = sse::customer(sse::customer_headers!(input))?;
     let info = s3
         .store
-        .head_object(&input.bucket, &input.key)
-        .map_err(store_error)?;
+        .head_object_version(&input.bucket, &input.key, input.version_id.as_deref())
+        .map_err(|e| versioning::read_error(&s3.store, &input.bucket, &input.key, e))?;
     let sealed = sse::Sealed::from_headers(&info.headers)?;
     let conditions = read_conditions!(input);
     let mut range = range_spec(input.range.as_ref());
@@ -367,6 +375,7 @@ pub(crate) async fn head_object(
             content_length: Some((end - start) as i64),
             content_range: content_range(whole, start, end, info.size),
             parts_count: input.part_number.map(|_| info.parts.max(1) as i32),
+            version_id: versioning::version_header(&s3.store, &input.bucket, &info),
         },
         d
     );
@@ -389,18 +398,38 @@ pub(crate) async fn delete_object(
     req: S3Request<DeleteObjectInput>,
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
     let input = req.input;
-    check_version(input.version_id.as_deref())?;
     if input.if_match_last_modified_time.is_some() || input.if_match_size.is_some() {
         return Err(not_implemented(
             "deletes conditional on the modification time or the size are not supported",
         ));
     }
     let condition = write_condition(input.if_match.as_ref(), None)?;
-    s3.store
-        .delete_object_if(&input.bucket, &input.key, condition.as_ref())
-        .await
-        .map_err(store_error)?;
-    Ok(S3Response::new(DeleteObjectOutput::default()))
+    let deleted = match input.version_id.as_deref() {
+        Some(v) => s3
+            .store
+            .delete_version(&input.bucket, &input.key, v, condition.as_ref())
+            .await
+            .map_err(store_error)?,
+        None => s3
+            .store
+            .delete_object_if(&input.bucket, &input.key, condition.as_ref())
+            .await
+            .map_err(store_error)?,
+    };
+    Ok(S3Response::new(deleted_output(
+        &deleted,
+        input.version_id.is_some(),
+    )))
+}
+
+/// What a DeleteObject answers: the version removed or the delete marker made.
+fn deleted_output(d: &Deleted, by_version: bool) -> DeleteObjectOutput {
+    let named = by_version || d.delete_marker;
+    DeleteObjectOutput {
+        delete_marker: d.delete_marker.then_some(true),
+        version_id: named.then(|| version_name(d.version_id.as_deref()).to_string()),
+        request_charged: None,
+    }
 }
 
 pub(crate) async fn delete_objects(
@@ -418,37 +447,37 @@ pub(crate) async fn delete_objects(
     s3.store.head_bucket(&input.bucket).map_err(store_error)?;
     let quiet = input.delete.quiet.unwrap_or(false);
     let mut errors = Vec::new();
-    let mut keys = Vec::new();
-    for o in &objects {
-        match o.version_id.as_deref() {
-            None | Some("null") => keys.push(o.key.clone()),
-            Some(v) => errors.push(Error {
-                code: Some("NoSuchVersion".to_string()),
-                key: Some(o.key.clone()),
-                message: Some("The specified version does not exist.".to_string()),
-                version_id: Some(v.to_string()),
-            }),
-        }
-    }
-    // Store::delete_objects' future is not `Send` for every lifetime (its closure borrows
-    // the keys), which async_trait needs; the same, with owned keys.
-    let results: Vec<Result<bool, StoreError>> = futures_util::stream::iter(keys.clone())
-        .map(|k| {
+    let targets: Vec<(String, Option<String>)> = objects
+        .iter()
+        .map(|o| (o.key.clone(), o.version_id.clone()))
+        .collect();
+    // Owned keys: async_trait needs a `Send` future for every lifetime.
+    let results: Vec<Result<Deleted, StoreError>> = futures_util::stream::iter(targets.clone())
+        .map(|(k, v)| {
             let store = s3.store.clone();
             let bucket = input.bucket.clone();
-            async move { store.delete_object(&bucket, &k).await }
+            async move {
+                match v {
+                    Some(v) => store.delete_version(&bucket, &k, &v, None).await,
+                    None => store.delete_object_if(&bucket, &k, None).await,
+                }
+            }
         })
         .buffered(8)
         .collect()
         .await;
     let mut deleted = Vec::new();
-    for (key, r) in keys.into_iter().zip(results) {
+    for ((key, version), r) in targets.into_iter().zip(results) {
         match r {
-            Ok(_) => {
+            Ok(d) => {
                 if !quiet {
+                    let out = deleted_output(&d, version.is_some());
                     deleted.push(DeletedObject {
                         key: Some(key),
-                        ..DeletedObject::default()
+                        // The version asked for, or none.
+                        version_id: version,
+                        delete_marker: out.delete_marker,
+                        delete_marker_version_id: out.version_id.filter(|_| d.delete_marker),
                     });
                 }
             }
@@ -458,7 +487,7 @@ pub(crate) async fn delete_objects(
                     code: Some(e.code().as_str().to_string()),
                     key: Some(key),
                     message: e.message().map(str::to_string),
-                    version_id: None,
+                    version_id: version,
                 });
             }
         }

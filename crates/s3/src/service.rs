@@ -6,7 +6,9 @@ use crate::checksum::{Outcome, Plan, Verified, Verifier};
 use crate::errors::{err, invalid_argument};
 use crate::fields::Incoming;
 use crate::sse::{self, Keyring};
-use crate::{attributes, bucket, copy, cors, lifecycle, list, lock, multipart, object, tagging};
+use crate::{
+    attributes, bucket, copy, cors, lifecycle, list, lock, multipart, object, tagging, versioning,
+};
 use http::HeaderMap;
 use railstore_store::{ChecksumsAtEnd, Mechanism, Store};
 use s3s::dto::*;
@@ -144,7 +146,8 @@ routes! {
     bucket::delete_bucket(DeleteBucketInput) -> DeleteBucketOutput;
     bucket::head_bucket(HeadBucketInput) -> HeadBucketOutput;
     bucket::get_bucket_location(GetBucketLocationInput) -> GetBucketLocationOutput;
-    bucket::get_bucket_versioning(GetBucketVersioningInput) -> GetBucketVersioningOutput;
+    versioning::get_bucket_versioning(GetBucketVersioningInput) -> GetBucketVersioningOutput;
+    versioning::put_bucket_versioning(PutBucketVersioningInput) -> PutBucketVersioningOutput;
     bucket::get_bucket_ownership_controls(GetBucketOwnershipControlsInput) -> GetBucketOwnershipControlsOutput;
     bucket::get_bucket_policy_status(GetBucketPolicyStatusInput) -> GetBucketPolicyStatusOutput;
     lock::get_object_lock_configuration(GetObjectLockConfigurationInput) -> GetObjectLockConfigurationOutput;
@@ -178,7 +181,7 @@ routes! {
     copy::upload_part_copy(UploadPartCopyInput) -> UploadPartCopyOutput;
     list::list_objects_v2(ListObjectsV2Input) -> ListObjectsV2Output;
     list::list_objects(ListObjectsInput) -> ListObjectsOutput;
-    list::list_object_versions(ListObjectVersionsInput) -> ListObjectVersionsOutput;
+    versioning::list_object_versions(ListObjectVersionsInput) -> ListObjectVersionsOutput;
     multipart::create_multipart_upload(CreateMultipartUploadInput) -> CreateMultipartUploadOutput;
     multipart::upload_part(UploadPartInput) -> UploadPartOutput;
     multipart::complete_multipart_upload(CompleteMultipartUploadInput) -> CompleteMultipartUploadOutput;

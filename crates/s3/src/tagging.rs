@@ -7,7 +7,8 @@
 
 use crate::errors::{err, no_configuration, store_error};
 use crate::service::RailS3;
-use railstore_store::{ObjectInfo, StoreError};
+use crate::versioning;
+use railstore_store::{version_name, ObjectInfo, StoreError};
 use s3s::dto::*;
 use s3s::{S3ErrorCode, S3Request, S3Response, S3Result};
 use std::collections::BTreeMap;
@@ -155,23 +156,32 @@ pub(crate) async fn get_object_tagging(
     req: S3Request<GetObjectTaggingInput>,
 ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
     let input = req.input;
-    crate::fields::check_version(input.version_id.as_deref())?;
     let info = s3
         .store
-        .head_object(&input.bucket, &input.key)
+        .head_object_version(&input.bucket, &input.key, input.version_id.as_deref())
         .map_err(store_error)?;
     Ok(S3Response::new(GetObjectTaggingOutput {
         tag_set: to_set(&stored(&info)),
-        version_id: None,
+        version_id: versioning::version_header(&s3.store, &input.bucket, &info),
     }))
 }
 
-/// Replaces an object's tags with `tags` (none: removes them).
-async fn replace(s3: &RailS3, bucket: &str, key: &str, tags: Tags) -> S3Result<()> {
+/// Replaces the tags of an object's current version (`version`, when named) with `tags`
+/// (none: removes them). Older versions keep the tags they were stored with.
+async fn replace(
+    s3: &RailS3,
+    (bucket, key, version): (&str, &str, Option<&str>),
+    tags: Tags,
+) -> S3Result<()> {
     s3.store
-        .update_object_headers(bucket, key, |_, headers| {
+        .update_object_headers(bucket, key, |current, headers| {
+            if version.is_some_and(|v| v != version_name(current.version_id.as_deref())) {
+                return Err(StoreError::InvalidArgument(
+                    "only the current version's tags can be changed".into(),
+                ));
+            }
             set_stored(headers, &tags);
-            Ok::<(), StoreError>(())
+            Ok(())
         })
         .await
         .map_err(store_error)?;
@@ -183,9 +193,13 @@ pub(crate) async fn put_object_tagging(
     req: S3Request<PutObjectTaggingInput>,
 ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
     let input = req.input;
-    crate::fields::check_version(input.version_id.as_deref())?;
     let tags = from_set(&input.tagging.tag_set, OBJECT_TAGS_MAX)?;
-    replace(s3, &input.bucket, &input.key, tags).await?;
+    let target = (
+        input.bucket.as_str(),
+        input.key.as_str(),
+        input.version_id.as_deref(),
+    );
+    replace(s3, target, tags).await?;
     Ok(S3Response::new(PutObjectTaggingOutput::default()))
 }
 
@@ -194,8 +208,12 @@ pub(crate) async fn delete_object_tagging(
     req: S3Request<DeleteObjectTaggingInput>,
 ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
     let input = req.input;
-    crate::fields::check_version(input.version_id.as_deref())?;
-    replace(s3, &input.bucket, &input.key, Tags::new()).await?;
+    let target = (
+        input.bucket.as_str(),
+        input.key.as_str(),
+        input.version_id.as_deref(),
+    );
+    replace(s3, target, Tags::new()).await?;
     Ok(S3Response::new(DeleteObjectTaggingOutput::default()))
 }
 

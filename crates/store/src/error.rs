@@ -87,6 +87,19 @@ pub enum StoreError {
     /// A request argument out of its range.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// No version of the key with that version id.
+    #[error("no version {version:?} of {key:?} in bucket {bucket:?}")]
+    NoSuchVersion {
+        /// The bucket.
+        bucket: String,
+        /// The key.
+        key: String,
+        /// The version id asked for.
+        version: String,
+    },
+    /// The version asked for is a delete marker: it has no body or headers to return.
+    #[error("version {0:?} is a delete marker")]
+    DeleteMarker(String),
     /// A configuration that cannot work.
     #[error("configuration: {0}")]
     Config(String),

@@ -54,6 +54,7 @@ impl Store {
             info,
             body,
             upload_id: entry.upload_id.clone(),
+            seq: entry.seq,
         };
         let value = encode(Kind::Object, &rec, &inline);
         self.inner
@@ -65,6 +66,7 @@ impl Store {
             info: rec.info.clone(),
             body: entry.body.clone(),
             upload_id: rec.upload_id,
+            seq: entry.seq,
         });
         {
             let mut st = self.inner.state.write().unwrap();

@@ -17,6 +17,7 @@ mod record;
 mod repair;
 mod store;
 pub mod types;
+mod versions;
 
 pub use config::{DeviceKind, DevicesConfig, SeparationConfig, StoreConfig, EXAMPLE_TOML};
 pub use error::{Result, StoreError};
@@ -31,3 +32,4 @@ pub use types::{
     ListQuery, ObjectInfo, PartInfo, PartOptions, PutOptions, RangeSpec, SentMd5, UploadInfo,
     WriteCondition,
 };
+pub use versions::{version_name, Deleted, VersionEntry, VersionPage, VersionQuery, Versioning};

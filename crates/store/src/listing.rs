@@ -24,7 +24,11 @@ fn successor(p: &str) -> Option<String> {
 }
 
 /// The common prefix `key` rolls up into, if any.
-fn rolled_up<'k>(key: &'k str, prefix: &str, delimiter: Option<&str>) -> Option<&'k str> {
+pub(crate) fn rolled_up<'k>(
+    key: &'k str,
+    prefix: &str,
+    delimiter: Option<&str>,
+) -> Option<&'k str> {
     let d = delimiter.filter(|d| !d.is_empty())?;
     let rest = key.get(prefix.len()..)?;
     rest.find(d).map(|i| &key[..prefix.len() + i + d.len()])

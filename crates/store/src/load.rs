@@ -3,13 +3,14 @@
 
 use crate::error::{Result, StoreError};
 use crate::record::{
-    chunk_id_of, decode, object_key, part_key, upload_key, BucketRecord, Id, Kind, ObjectRecord,
-    UploadRecord, TAG_BUCKET, TAG_CHUNK, TAG_OBJECT, TAG_PART, TAG_UPLOAD,
+    chunk_id_of, decode, object_key, part_key, upload_key, version_key, BucketRecord, Id, Kind,
+    ObjectRecord, UploadRecord, TAG_BUCKET, TAG_CHUNK, TAG_OBJECT, TAG_PART, TAG_UPLOAD,
+    TAG_VERSION,
 };
 use crate::store::{Bucket, Entry, Store, Stored};
 use crate::types::BucketInfo;
 use futures_util::StreamExt;
-use railstore_device::ReadRange;
+use railstore_device::{ReadRange, StoreMode};
 use railstore_redundancy::RedundancyError;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -31,8 +32,12 @@ enum Fetched {
 pub struct LoadReport {
     /// Buckets.
     pub buckets: usize,
-    /// Objects.
+    /// Objects (current ones).
     pub objects: usize,
+    /// Older versions and delete markers, in buckets with versioning.
+    pub versions: usize,
+    /// Version records written or removed to finish versioning changes a crash cut short.
+    pub versions_settled: usize,
     /// Multipart uploads in progress.
     pub uploads: usize,
     /// Records of deleted buckets or finished uploads removed.
@@ -124,34 +129,56 @@ impl Store {
             };
             buckets.insert(rec.name, Bucket::new(info, rec.id));
         }
-        let mut referenced: HashSet<Id> = HashSet::new();
-        for (k, v) in self.records(TAG_OBJECT, &mut report).await? {
-            let (rec, _): (ObjectRecord, _) = decode(Kind::Object, &v)?;
-            let Some(b) = by_id.get(&rec.bucket_id).and_then(|n| buckets.get_mut(n)) else {
-                self.remove_record(&k, &mut report).await?;
-                continue;
-            };
-            if object_key(rec.bucket_id, &rec.info.key) != k {
-                return Err(StoreError::Corrupt(format!(
-                    "object record of {:?} under another key",
-                    rec.info.key
-                )));
-            }
-            let body = match rec.body {
-                crate::record::BodyRef::Inline => Stored::Inline,
-                crate::record::BodyRef::Chunks(c) => {
-                    referenced.extend(c.iter().map(|c| c.id));
-                    Stored::Chunks(Arc::new(c))
+        let mut last_seq = 0u64;
+        for tag in [TAG_OBJECT, TAG_VERSION] {
+            for (k, v) in self.records(tag, &mut report).await? {
+                let (rec, _): (ObjectRecord, _) = decode(Kind::Object, &v)?;
+                let Some(b) = by_id.get(&rec.bucket_id).and_then(|n| buckets.get_mut(n)) else {
+                    self.remove_record(&k, &mut report).await?;
+                    continue;
+                };
+                let expected = match tag {
+                    TAG_OBJECT => object_key(rec.bucket_id, &rec.info.key),
+                    _ => version_key(rec.bucket_id, &rec.info.key, rec.seq),
+                };
+                if expected != k {
+                    return Err(StoreError::Corrupt(format!(
+                        "object record of {:?} under another key",
+                        rec.info.key
+                    )));
                 }
-            };
-            b.objects.insert(
-                rec.info.key.clone(),
-                Arc::new(Entry {
+                last_seq = last_seq.max(rec.seq);
+                let key = rec.info.key.clone();
+                let entry = Arc::new(Entry {
                     info: rec.info,
-                    body,
+                    body: Stored::from_ref(rec.body),
                     upload_id: rec.upload_id,
-                }),
-            );
+                    seq: rec.seq,
+                });
+                match tag {
+                    TAG_OBJECT => {
+                        b.objects.insert(key, entry);
+                    }
+                    _ => b.history.entry(key).or_default().push(entry),
+                }
+            }
+        }
+        self.inner
+            .version_clock
+            .fetch_max(last_seq, std::sync::atomic::Ordering::SeqCst);
+        for b in buckets.values_mut() {
+            let keys: Vec<String> = b.history.keys().cloned().collect();
+            for key in keys {
+                self.settle(b, &key, &mut report).await?;
+            }
+        }
+        let mut referenced: HashSet<Id> = HashSet::new();
+        for b in buckets.values() {
+            for e in b.objects.values().chain(b.history.values().flatten()) {
+                if let Stored::Chunks(c) = &e.body {
+                    referenced.extend(c.iter().map(|c| c.id));
+                }
+            }
         }
         // Uploads: drop those of deleted buckets and those whose completion was interrupted
         // after the object was written (the object names their chunks).
@@ -160,10 +187,11 @@ impl Store {
             let (rec, _): (UploadRecord, _) = decode(Kind::Upload, &v)?;
             let bucket = by_id.get(&rec.bucket_id).cloned();
             let finished = bucket.as_ref().is_some_and(|n| {
-                buckets[n]
-                    .objects
-                    .get(&rec.key)
-                    .is_some_and(|e| e.upload_id.as_deref() == Some(&rec.upload_id))
+                let b = &buckets[n];
+                let versions = b.objects.get(&rec.key).into_iter();
+                versions
+                    .chain(b.history.get(&rec.key).into_iter().flatten())
+                    .any(|e| e.upload_id.as_deref() == Some(&rec.upload_id))
             });
             match (bucket, finished) {
                 (Some(name), false) => {
@@ -210,17 +238,25 @@ impl Store {
         }
         report.buckets = buckets.len();
         report.objects = buckets.values().map(|b| b.objects.len()).sum();
+        report.versions = buckets
+            .values()
+            .flat_map(|b| b.history.values())
+            .map(Vec::len)
+            .sum();
         self.inner.state.write().unwrap().buckets = buckets;
         // After an unclean shutdown the careful reads above rolled records forward or back
         // and rewrote their missing copies: make that durable before anything is served, or
         // the next power cut takes the rewrites back and the object depends on the few pieces
         // the crash left (on devices that may be lost next).
-        if self.inner.unclean_start || report.records_removed + report.chunks_removed > 0 {
+        let changed = report.records_removed + report.chunks_removed + report.versions_settled;
+        if self.inner.unclean_start || changed > 0 {
             self.durable().await?;
         }
         tracing::info!(
             buckets = report.buckets,
             objects = report.objects,
+            versions = report.versions,
+            versions_settled = report.versions_settled,
             uploads = report.uploads,
             records_removed = report.records_removed,
             chunks_removed = report.chunks_removed,
@@ -229,5 +265,94 @@ impl Store {
             "index loaded"
         );
         Ok(report)
+    }
+
+    /// Puts a key's versions where they belong when a crash cut a versioning change short
+    /// (see `versions.rs`): the newest, when it is an object, in the `K` record and every
+    /// other version in a `V` record; a version found in both places loses the copy it should
+    /// not have, and of two null versions the older goes. Copies are written before anything
+    /// is removed, so a crash here too leaves what the next start settles.
+    async fn settle(&self, b: &mut Bucket, key: &str, report: &mut LoadReport) -> Result<()> {
+        let manager = &self.inner.manager;
+        let rkey = object_key(b.id, key);
+        let in_k = b.objects.remove(key);
+        let mut versions = b.history.remove(key).unwrap_or_default();
+        if let Some(k) = &in_k {
+            if !versions.iter().any(|e| e.seq == k.seq) {
+                versions.push(k.clone());
+            }
+        }
+        versions.sort_by_key(|v| std::cmp::Reverse(v.seq));
+        let k_seq = in_k.as_ref().map(|k| k.seq);
+        // Which versions have a V record: every one the V pass found.
+        let v_seqs: HashSet<u64> = versions
+            .iter()
+            .filter(|e| !in_k.as_ref().is_some_and(|k| Arc::ptr_eq(k, e)))
+            .map(|e| e.seq)
+            .collect();
+        let newest_null = versions
+            .iter()
+            .find(|e| e.info.version_id.is_none())
+            .map(|e| e.seq);
+        let (kept, dropped): (Vec<Arc<Entry>>, Vec<Arc<Entry>>) = versions
+            .into_iter()
+            .partition(|e| e.info.version_id.is_some() || Some(e.seq) == newest_null);
+        let target_k = kept.first().filter(|e| !e.info.delete_marker).cloned();
+        let target_seq = target_k.as_ref().map(|e| e.seq);
+        // 1. Every version that stays but not as current gets its V record.
+        let mut wrote = false;
+        for e in kept.iter().filter(|e| Some(e.seq) != target_seq) {
+            if !v_seqs.contains(&e.seq) {
+                let (value, mech) = self.record_value(b.id, e, &rkey).await?;
+                let vkey = version_key(b.id, key, e.seq);
+                manager.put(&vkey, &value, StoreMode::Upsert, mech).await?;
+                report.versions_settled += 1;
+                wrote = true;
+            }
+        }
+        if wrote {
+            self.durable().await?;
+        }
+        // 2. The K record holds the newest version when it is an object, else nothing.
+        let k_changed = match &target_k {
+            Some(t) if k_seq != Some(t.seq) => {
+                let vkey = version_key(b.id, key, t.seq);
+                let (value, mech) = self.record_value(b.id, t, &vkey).await?;
+                manager.put(&rkey, &value, StoreMode::Upsert, mech).await?;
+                true
+            }
+            None if k_seq.is_some() => {
+                manager.delete(&rkey).await?;
+                true
+            }
+            _ => false,
+        };
+        // 3. V records of the current version and of dropped null versions go.
+        let stale: Vec<u64> = target_seq
+            .into_iter()
+            .chain(dropped.iter().map(|e| e.seq))
+            .filter(|s| v_seqs.contains(s))
+            .collect();
+        if k_changed {
+            report.versions_settled += 1;
+            if !stale.is_empty() {
+                self.durable().await?;
+            }
+        }
+        for seq in stale {
+            manager.delete(&version_key(b.id, key, seq)).await?;
+            report.versions_settled += 1;
+        }
+        let older: Vec<Arc<Entry>> = kept
+            .into_iter()
+            .filter(|e| Some(e.seq) != target_seq)
+            .collect();
+        if let Some(t) = target_k {
+            b.objects.insert(key.to_string(), t);
+        }
+        if !older.is_empty() {
+            b.history.insert(key.to_string(), older);
+        }
+        Ok(())
     }
 }

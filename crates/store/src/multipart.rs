@@ -18,7 +18,7 @@ use crate::record::{
     decode, encode, new_id, object_key, parse_upload_id, part_key, upload_key, ChunkRef, Id, Kind,
     PartRecord, StoredOptions, UploadRecord,
 };
-use crate::store::{Store, Stored, WrittenBody};
+use crate::store::{Store, WrittenBody};
 use crate::types::{
     Body, ChecksumsAtEnd, ObjectInfo, PartInfo, PartOptions, PutOptions, SentMd5, UploadInfo,
     WriteCondition,
@@ -393,6 +393,8 @@ impl Store {
             } else {
                 Vec::new()
             },
+            version_id: None,
+            delete_marker: false,
         };
         let written = WrittenBody {
             size,
@@ -405,20 +407,16 @@ impl Store {
             mechanism: Mechanism::parse(&chosen[0].mechanism)?,
         };
         // The parts' chunks are durable already (each part was synced).
-        let old = self
+        let (info, gone) = self
             .install(
                 bucket,
                 bucket_id,
                 &rkey,
-                info.clone(),
+                info,
                 written,
                 Some(upload_id.to_string()),
             )
-            .await;
-        let old = match old {
-            Ok(o) => o,
-            Err(e) => return Err(e),
-        };
+            .await?;
         // From here the object owns the chosen chunks; the upload's records go, and are gone
         // durably before anyone can replace the object and discard its chunks (the object's
         // lock is held until then).
@@ -439,9 +437,7 @@ impl Store {
                 .collect();
             self.discard(Arc::new(rest));
         }
-        if let Some(Stored::Chunks(c)) = old.map(|o| o.body.clone()) {
-            self.discard(c);
-        }
+        self.discard_entries(gone);
         self.inner.metrics.puts.fetch_add(1, Ordering::Relaxed);
         Ok(info)
     }

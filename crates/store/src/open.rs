@@ -13,7 +13,7 @@ use railstore_device::{Device, MemConfig, MemDevice, RetryingDevice};
 use railstore_rails::{RailsConfig, ScheduleConfig};
 use std::fs::File;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 /// The layout file in the data folder.
@@ -217,6 +217,7 @@ impl Store {
                 identity,
                 unclean_start,
                 scrub_owed: AtomicBool::new(unclean_start),
+                version_clock: AtomicU64::new(0),
                 config,
             }),
         })

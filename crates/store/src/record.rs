@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `B` + bucket name | bucket record |
 //! | `K` + bucket id (u64 BE) + SHA-256(object key) | object record (+ the body when inline) |
+//! | `V` + bucket id + SHA-256(object key) + version sequence (u64 BE) | a version that is not the current object: an older one, or a delete marker (see `versions.rs`) |
 //! | `D` + chunk id (16 bytes) | a chunk of a body |
 //! | `U` + upload id (16 bytes) | multipart upload record |
 //! | `P` + upload id + part number (u32 BE) | part record |
@@ -35,6 +36,7 @@ pub(crate) enum Kind {
 
 pub(crate) const TAG_BUCKET: u8 = b'B';
 pub(crate) const TAG_OBJECT: u8 = b'K';
+pub(crate) const TAG_VERSION: u8 = b'V';
 pub(crate) const TAG_CHUNK: u8 = b'D';
 pub(crate) const TAG_UPLOAD: u8 = b'U';
 pub(crate) const TAG_PART: u8 = b'P';
@@ -53,6 +55,13 @@ pub(crate) fn bucket_key(name: &str) -> Vec<u8> {
 pub(crate) fn object_key(bucket_id: u64, key: &str) -> Vec<u8> {
     let digest = Sha256::digest(key.as_bytes());
     [&[TAG_OBJECT][..], &bucket_id.to_be_bytes(), &digest].concat()
+}
+
+pub(crate) fn version_key(bucket_id: u64, key: &str, seq: u64) -> Vec<u8> {
+    let mut k = object_key(bucket_id, key);
+    k[0] = TAG_VERSION;
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
 }
 
 pub(crate) fn chunk_key(id: &Id) -> Vec<u8> {
@@ -114,6 +123,10 @@ pub(crate) struct ObjectRecord {
     pub body: BodyRef,
     /// The multipart upload that made it, so a repeated completion can be recognised.
     pub upload_id: Option<String>,
+    /// Orders the versions of a key: later writes have larger numbers (0 in records written
+    /// before versions were kept, older than any other).
+    #[serde(default)]
+    pub seq: u64,
 }
 
 /// What an upload stores for the object it will make.
@@ -209,6 +222,8 @@ mod tests {
             part_numbers: Vec::new(),
             part_checksums: Vec::new(),
             part_annotations: Vec::new(),
+            version_id: None,
+            delete_marker: false,
         }
     }
 
@@ -222,6 +237,7 @@ mod tests {
                 len: 5,
             }]),
             upload_id: None,
+            seq: 3,
         };
         let bytes = encode(Kind::Object, &rec, b"abc");
         let (back, body): (ObjectRecord, _) = decode(Kind::Object, &bytes).unwrap();
@@ -247,6 +263,8 @@ mod tests {
         let long = "k".repeat(1024);
         assert_eq!(object_key(1, &long).len(), 41);
         assert_ne!(object_key(1, "a"), object_key(2, "a"));
+        assert_eq!(version_key(1, "a", 5)[1..41], object_key(1, "a")[1..]);
+        assert!(version_key(1, "a", 5) < version_key(1, "a", 6));
         let id = new_id();
         assert_eq!(chunk_id_of(&chunk_key(&id)), Some(id));
         assert_eq!(parse_upload_id(&hex::encode(id)), Some(id));

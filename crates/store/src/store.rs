@@ -23,7 +23,7 @@ use crate::record::{
 };
 use crate::types::{
     Body, BucketInfo, ChecksumsAtEnd, GetObject, ListEntry, ListPage, ListQuery, ObjectInfo,
-    PutOptions, RangeSpec, SentMd5, WriteCondition,
+    PutOptions, RangeSpec, SentMd5,
 };
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -54,6 +54,8 @@ pub(crate) struct Entry {
     pub info: ObjectInfo,
     pub body: Stored,
     pub upload_id: Option<String>,
+    /// The version's place among the key's versions (its record's `seq`).
+    pub seq: u64,
 }
 
 /// Where an indexed object's body is.
@@ -67,7 +69,7 @@ pub(crate) enum Stored {
 }
 
 impl Stored {
-    fn from_ref(b: BodyRef) -> Stored {
+    pub(crate) fn from_ref(b: BodyRef) -> Stored {
         match b {
             BodyRef::Inline => Stored::Inline,
             BodyRef::Chunks(c) => Stored::Chunks(Arc::new(c)),
@@ -78,7 +80,11 @@ impl Stored {
 pub(crate) struct Bucket {
     pub info: BucketInfo,
     pub id: u64,
+    /// The current object of each key that has one (never a delete marker).
     pub objects: BTreeMap<String, Arc<Entry>>,
+    /// The other versions of each key, newest first: older objects and delete markers. A key
+    /// with no current object but versions here has a delete marker first.
+    pub history: BTreeMap<String, Vec<Arc<Entry>>>,
     pub uploads: BTreeMap<String, Arc<crate::multipart::Upload>>,
     /// Being deleted: takes no new objects.
     pub deleting: bool,
@@ -90,6 +96,7 @@ impl Bucket {
             info,
             id,
             objects: BTreeMap::new(),
+            history: BTreeMap::new(),
             uploads: BTreeMap::new(),
             deleting: false,
         }
@@ -166,6 +173,8 @@ pub(crate) struct Inner {
     /// A scrub is owed (the start was unclean and no full scrub has finished since): the
     /// shutdown does not mark the folder clean, so the next start scrubs.
     pub scrub_owed: AtomicBool,
+    /// The last version sequence number given out (see `versions.rs`).
+    pub version_clock: AtomicU64,
 }
 
 /// The store. Cheap to clone; clones share everything.
@@ -271,6 +280,15 @@ impl Store {
     pub(crate) fn discard(&self, chunks: Arc<Vec<ChunkRef>>) {
         if !chunks.is_empty() {
             self.inner.garbage.lock().unwrap().push(chunks);
+        }
+    }
+
+    /// Queues the chunks of versions no record names any more.
+    pub(crate) fn discard_entries(&self, gone: Vec<Arc<Entry>>) {
+        for e in gone {
+            if let Stored::Chunks(c) = &e.body {
+                self.discard(c.clone());
+            }
         }
     }
 
@@ -386,7 +404,8 @@ impl Store {
         Ok(())
     }
 
-    /// Deletes an empty bucket (no objects and no multipart uploads in progress).
+    /// Deletes an empty bucket (no objects and no versions of any). Multipart uploads in
+    /// progress are aborted with it.
     pub async fn delete_bucket(&self, name: &str) -> Result<()> {
         self.check_open()?;
         let _ops = self.inner.bucket_ops.lock().await;
@@ -396,7 +415,7 @@ impl Store {
                 .buckets
                 .get_mut(name)
                 .ok_or_else(|| StoreError::NoSuchBucket(name.to_string()))?;
-            if !b.objects.is_empty() {
+            if !b.objects.is_empty() || !b.history.is_empty() {
                 return Err(StoreError::BucketNotEmpty(name.to_string()));
             }
             // From here the bucket takes no new object, upload or part.
@@ -492,6 +511,8 @@ impl Store {
             part_numbers: Vec::new(),
             part_checksums: Vec::new(),
             part_annotations: Vec::new(),
+            version_id: None,
+            delete_marker: false,
         };
         if !written.chunks.is_empty() {
             // The chunks are durable before any record names them.
@@ -501,7 +522,7 @@ impl Store {
             }
         }
         let rkey = object_key(bucket_id, key);
-        let old = {
+        let (info, gone) = {
             let _lock = self.lock(&rkey).await;
             if let Some(c) = &condition {
                 if let Err(e) = c.check(self.current(bucket, key).as_ref(), bucket, key) {
@@ -509,13 +530,11 @@ impl Store {
                     return Err(e);
                 }
             }
-            self.install(bucket, bucket_id, &rkey, info.clone(), written, None)
+            self.install(bucket, bucket_id, &rkey, info, written, None)
                 .await?
         };
         self.durable().await?;
-        if let Some(Stored::Chunks(c)) = old.map(|o| o.body.clone()) {
-            self.discard(c);
-        }
+        self.discard_entries(gone);
         self.inner.metrics.puts.fetch_add(1, Ordering::Relaxed);
         self.inner
             .metrics
@@ -524,26 +543,33 @@ impl Store {
         Ok(info)
     }
 
-    /// Writes the object's record and enters it in the index (the caller holds the record's
-    /// lock and makes it durable). Returns the entry it replaced.
+    /// Writes the object's record as the key's current object and enters it in the index
+    /// (the caller holds the record's lock and makes it durable). With versioning the object
+    /// it replaces becomes an older version (see `versions.rs`). Returns the object as stored
+    /// (with its version id) and the versions no record names any more, whose chunks the
+    /// caller discards once the change is durable.
     pub(crate) async fn install(
         &self,
         bucket: &str,
         bucket_id: u64,
         rkey: &[u8],
-        info: ObjectInfo,
+        mut info: ObjectInfo,
         written: WrittenBody,
         upload_id: Option<String>,
-    ) -> Result<Option<Arc<Entry>>> {
+    ) -> Result<(ObjectInfo, Vec<Arc<Entry>>)> {
         let (body_ref, inline_mech) = match &written.inline {
             Some(_) => (BodyRef::Inline, Some(written.mechanism)),
             None => (BodyRef::Chunks(written.chunks.clone()), None),
         };
+        let seq = self.next_version_seq();
+        let room = self.make_room(bucket, bucket_id, &info.key, seq).await?;
+        info.version_id = room.version_id.clone();
         let rec = ObjectRecord {
             bucket_id,
             info,
             body: body_ref,
             upload_id,
+            seq,
         };
         let value = encode(
             Kind::Object,
@@ -557,21 +583,25 @@ impl Store {
             .manager
             .put(rkey, &value, StoreMode::Upsert, inline_mech)
             .await?;
+        let info = rec.info.clone();
         let entry = Arc::new(Entry {
             info: rec.info,
             body: Stored::from_ref(rec.body),
             upload_id: rec.upload_id,
+            seq,
         });
-        let key = entry.info.key.clone();
         let placed = {
             let mut st = self.inner.state.write().unwrap();
             match st.buckets.get_mut(bucket) {
-                Some(b) if b.id == bucket_id && !b.deleting => Ok(b.objects.insert(key, entry)),
+                Some(b) if b.id == bucket_id && !b.deleting => Ok(room.enter(b, entry)),
                 _ => Err(()),
             }
         };
         match placed {
-            Ok(old) => Ok(old),
+            Ok(gone) => {
+                self.forget_null_record(bucket_id, &info.key, &room).await;
+                Ok((info, gone))
+            }
             Err(()) => {
                 // The bucket went while the body was written.
                 let _ = self.inner.manager.delete(rkey).await;
@@ -694,23 +724,35 @@ impl Store {
         key: &str,
         range: Option<RangeSpec>,
     ) -> Result<GetObject> {
+        self.get_object_version(bucket, key, None, range).await
+    }
+
+    /// Reads a version of an object (`None`: the current one; `"null"`: the null version),
+    /// or the range of it asked for. The body streams lazily.
+    pub async fn get_object_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        range: Option<RangeSpec>,
+    ) -> Result<GetObject> {
         self.check_open()?;
         self.inner.metrics.gets.fetch_add(1, Ordering::Relaxed);
-        // An inline object's record may be replaced between the index lookup and its read;
-        // the record read is authoritative, and names chunks only readers of the index hold.
+        // An inline object's record may be replaced (or the version moved between its current
+        // and older place) between the index lookup and its read; the record read is
+        // authoritative, and names chunks only readers of the index hold.
         for _ in 0..8 {
-            let (bucket_id, entry) = self.entry(bucket, key)?;
+            let (entry, rkey) = self.locate(bucket, key, version_id)?;
             let chunks = match &entry.body {
                 Stored::Chunks(c) => c.clone(),
                 Stored::Inline => {
-                    let rkey = object_key(bucket_id, key);
                     let value = match self.inner.manager.get(&rkey, ReadRange::ALL).await {
                         Ok((v, _)) => v,
                         Err(RedundancyError::NotFound { .. }) => continue,
                         Err(e) => return Err(e.into()),
                     };
                     let (rec, body): (ObjectRecord, &[u8]) = decode(Kind::Object, &value)?;
-                    if rec.body != BodyRef::Inline || rec.info.key != key {
+                    if rec.body != BodyRef::Inline || rec.info.key != key || rec.seq != entry.seq {
                         continue;
                     }
                     let (start, end) = resolve(range, rec.info.size)?;
@@ -739,60 +781,10 @@ impl Store {
         })
     }
 
-    /// Deletes an object; `Ok(false)` when there was none (S3 answers both the same way).
+    /// Deletes an object; `Ok(false)` when there was none (S3 answers both the same way). In
+    /// a bucket with versioning this makes a delete marker (see [`Store::delete_object_if`]).
     pub async fn delete_object(&self, bucket: &str, key: &str) -> Result<bool> {
-        self.delete_object_if(bucket, key, None).await
-    }
-
-    /// Deletes an object if `condition` holds for it. `WriteCondition::ETag`, `Version` or `Exists` with
-    /// no object under the key is `Ok(false)`, as S3 answers a conditional delete of a missing
-    /// key.
-    pub async fn delete_object_if(
-        &self,
-        bucket: &str,
-        key: &str,
-        condition: Option<&WriteCondition>,
-    ) -> Result<bool> {
-        self.check_open()?;
-        check_key(key)?;
-        let bucket_id = self.bucket_id(bucket)?;
-        let rkey = object_key(bucket_id, key);
-        let old = {
-            let _lock = self.lock(&rkey).await;
-            if let Some(c) = condition {
-                match (c, self.current(bucket, key)) {
-                    (
-                        WriteCondition::ETag(_)
-                        | WriteCondition::Exists
-                        | WriteCondition::Version { .. },
-                        None,
-                    ) => return Ok(false),
-                    (c, current) => c.check(current.as_ref(), bucket, key)?,
-                }
-            }
-            let existed = self.inner.manager.delete(&rkey).await?;
-            let mut st = self.inner.state.write().unwrap();
-            let old = st
-                .buckets
-                .get_mut(bucket)
-                .filter(|b| b.id == bucket_id)
-                .and_then(|b| b.objects.remove(key));
-            if old.is_none() && existed {
-                tracing::warn!(bucket, key, "deleted a record the index did not hold");
-            }
-            old
-        };
-        self.durable().await?;
-        self.inner.metrics.deletes.fetch_add(1, Ordering::Relaxed);
-        Ok(match old {
-            Some(o) => {
-                if let Stored::Chunks(c) = &o.body {
-                    self.discard(c.clone());
-                }
-                true
-            }
-            None => false,
-        })
+        Ok(self.delete_object_if(bucket, key, None).await?.existed)
     }
 
     /// Deletes several objects; one result per key, in order.

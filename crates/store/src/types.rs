@@ -260,6 +260,13 @@ pub struct ObjectInfo {
     /// Those parts' annotations, in order (empty when none had one; `""` for one without).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub part_annotations: Vec<String>,
+    /// Its version id in a bucket with versioning; `None` is the *null* version (every object
+    /// of a bucket that never had versioning, and those written while it was suspended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_id: Option<String>,
+    /// A delete marker: the version a delete made in a versioned bucket (no body).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub delete_marker: bool,
 }
 
 /// A byte range as a request states it.

@@ -471,14 +471,20 @@ async fn conditional_writes_take_effect_only_when_their_condition_holds() {
     ));
     assert_eq!(get(&store, "bkt", "k").await.unwrap(), b"second");
     let right = WriteCondition::ETag(second.etag.clone());
-    assert!(store
-        .delete_object_if("bkt", "k", Some(&right))
-        .await
-        .unwrap());
-    assert!(!store
-        .delete_object_if("bkt", "k", Some(&right))
-        .await
-        .unwrap());
+    assert!(
+        store
+            .delete_object_if("bkt", "k", Some(&right))
+            .await
+            .unwrap()
+            .existed
+    );
+    assert!(
+        !store
+            .delete_object_if("bkt", "k", Some(&right))
+            .await
+            .unwrap()
+            .existed
+    );
 
     // A completion refused by its condition leaves the upload to complete later.
     let id = store

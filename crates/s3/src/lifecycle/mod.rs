@@ -240,9 +240,12 @@ fn expiry_of(rule: &LifecycleRule, modified: SystemTime) -> Option<SystemTime> {
     if let Some(d) = &e.date {
         return Some(SystemTime::from(time::OffsetDateTime::from(d.clone())));
     }
-    let days = u64::try_from(e.days?).ok()?;
-    let at = modified + DAY * days as u32;
-    let secs = at.duration_since(UNIX_EPOCH).ok()?.as_secs();
+    days_after(modified, u64::try_from(e.days?).ok()?)
+}
+
+/// `days` days after `t`, rounded up to the next midnight UTC (S3's lifecycle arithmetic).
+fn days_after(t: SystemTime, days: u64) -> Option<SystemTime> {
+    let secs = t.duration_since(UNIX_EPOCH).ok()?.as_secs() + days * DAY.as_secs();
     let day = DAY.as_secs();
     Some(UNIX_EPOCH + Duration::from_secs(secs.div_ceil(day) * day))
 }
@@ -305,6 +308,8 @@ mod tests {
             part_numbers: Vec::new(),
             part_checksums: Vec::new(),
             part_annotations: Vec::new(),
+            version_id: None,
+            delete_marker: false,
         }
     }
 
@@ -347,5 +352,54 @@ mod tests {
             ..LifecycleExpiration::default()
         });
         assert!(check_rule(&mut date).is_err(), "not at midnight");
+    }
+
+    #[test]
+    fn older_versions_expire_noncurrent_days_after_they_stopped_being_current() {
+        let day = 86_400;
+        let version = |at: u64, marker: bool| railstore_store::VersionEntry {
+            info: ObjectInfo {
+                delete_marker: marker,
+                ..object("k", at * day)
+            },
+            latest: false,
+        };
+        let mut r = rule("nc", "", 1);
+        r.expiration = None;
+        r.noncurrent_version_expiration = Some(NoncurrentVersionExpiration {
+            noncurrent_days: Some(2),
+            newer_noncurrent_versions: Some(1),
+        });
+        // Made on days 10 (current), 5 and 1: the day-1 version stopped being current on
+        // day 5, the day-5 one on day 10.
+        let versions = [version(10, false), version(5, false), version(1, false)];
+        let at = |d: u64| UNIX_EPOCH + Duration::from_secs(d * day);
+        let keys = |now| -> Vec<u64> {
+            worker::expired_versions(std::slice::from_ref(&r), &versions, at(now))
+                .iter()
+                .map(|i| {
+                    i.last_modified
+                        .duration_since(UNIX_EPOCH)
+                        .unwrap()
+                        .as_secs()
+                        / day
+                })
+                .collect()
+        };
+        assert_eq!(keys(6), Vec::<u64>::new(), "not yet two days");
+        // The day-5 version is the one newer noncurrent version kept.
+        assert_eq!(keys(7), vec![1]);
+        assert_eq!(keys(30), vec![1]);
+        // A delete marker left alone goes with ExpiredObjectDeleteMarker, not before.
+        let lone = [version(3, true)];
+        assert!(worker::expired_versions(std::slice::from_ref(&r), &lone, at(9)).is_empty());
+        r.expiration = Some(LifecycleExpiration {
+            expired_object_delete_marker: Some(true),
+            ..LifecycleExpiration::default()
+        });
+        assert_eq!(
+            worker::expired_versions(std::slice::from_ref(&r), &lone, at(9)).len(),
+            1
+        );
     }
 }
