@@ -106,6 +106,7 @@ mod list;
 mod lock;
 mod multipart;
 mod object;
+mod post;
 mod server;
 mod service;
 mod sse;

@@ -3,7 +3,7 @@
 //! clients ([`Limits`], [`crate::guard`]) apply before s3s sees a request.
 
 use crate::cors;
-use crate::guard::{self, FormVerdict, IdleBody, IdleWrites};
+use crate::guard::{self, IdleBody, IdleWrites};
 use crate::service::RailS3;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
@@ -272,6 +272,9 @@ pub async fn bind(store: Store, cfg: S3Config) -> Result<Server, ServeError> {
         addr,
         router: Arc::new(Router {
             s3,
+            rail: RailS3::new(store.clone(), cfg.region.clone()).with_keyring(cfg.keyring.clone()),
+            access_key: cfg.access_key.clone(),
+            secret_key: cfg.secret_key.clone(),
             store,
             limits: cfg.limits,
             sigv2: cfg.sigv2,
@@ -420,6 +423,10 @@ async fn connection(
 /// Answers the operator endpoints, refuses what s3s must not see, and hands the rest to s3s.
 struct Router {
     s3: S3Service,
+    /// The handlers, for the forms the router answers itself (POST Object).
+    rail: RailS3,
+    access_key: String,
+    secret_key: String,
     store: Store,
     limits: Limits,
     sigv2: bool,
@@ -547,57 +554,35 @@ impl Router {
         Ok(resp)
     }
 
-    /// A browser-form POST (POST Object). s3s would buffer its file, up to 5 GB, before it
-    /// checks who sent it; POST uploads are not supported, so only the fields are read
-    /// (bounded), to answer an anonymous form `AccessDenied` and a signed one
-    /// `NotImplemented`. The connection closes after the answer, the file unread.
+    /// A browser-form POST (POST Object), answered here: s3s would buffer its file, up to
+    /// 5 GB, before it checks who sent it (see `post`). The connection closes after the
+    /// answer, so nothing after the file (or, when refused, the file) is read.
     async fn form_post(&self, req: Request<IdleBody<Incoming>>) -> Response<s3s::Body> {
-        let (parts, mut body) = req.into_parts();
-        let verdict = guard::read_form_fields(
+        let (parts, body) = req.into_parts();
+        let Some(bucket) = cors::bucket_of(&parts.uri, &parts.headers, self.domain.as_deref())
+        else {
+            return closing(xml_error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "MethodNotAllowed",
+                "POST uploads go to a bucket.",
+            ));
+        };
+        let signer = crate::post::Signer {
+            access_key: &self.access_key,
+            secret_key: &self.secret_key,
+        };
+        let answer = crate::post::post_object(
+            &self.rail,
+            &signer,
+            &bucket,
             parts.headers.get(http::header::CONTENT_TYPE),
-            &mut body,
+            body,
             self.limits.post_form_bytes_max,
         )
         .await;
-        let max = self.limits.post_form_bytes_max;
-        let resp = match verdict {
-            FormVerdict::Anonymous => xml_error(
-                StatusCode::FORBIDDEN,
-                "AccessDenied",
-                "Access Denied: the form is not signed.",
-            ),
-            FormVerdict::Signed => xml_error(
-                StatusCode::NOT_IMPLEMENTED,
-                "NotImplemented",
-                "POST uploads (browser forms) are not supported; use PUT or a presigned URL.",
-            ),
-            FormVerdict::TooLarge => xml_error(
-                StatusCode::BAD_REQUEST,
-                "MaxPostPreDataLengthExceeded",
-                &format!(
-                    "Your POST request fields preceding the upload file were too large \
-                     (more than {max} bytes)."
-                ),
-            ),
-            FormVerdict::Malformed(why) => xml_error(
-                StatusCode::BAD_REQUEST,
-                "MalformedPOSTRequest",
-                &format!(
-                    "The body of your POST request is not well-formed multipart/form-data: {why}."
-                ),
-            ),
-            FormVerdict::Body(why) if why.contains(guard::BODY_IDLE_MARKER) => xml_error(
-                StatusCode::BAD_REQUEST,
-                "RequestTimeout",
-                "Your socket connection to the server was not read from or written to within \
-                 the timeout period.",
-            ),
-            FormVerdict::Body(why) => xml_error(
-                StatusCode::BAD_REQUEST,
-                "IncompleteBody",
-                &format!("The request body could not be read: {why}"),
-            ),
-        };
+        let mut resp = Response::new(s3s::Body::from(answer.body));
+        *resp.status_mut() = answer.status;
+        *resp.headers_mut() = answer.headers;
         closing(resp)
     }
 }

@@ -752,7 +752,10 @@ impl Store {
                         Err(e) => return Err(e.into()),
                     };
                     let (rec, body): (ObjectRecord, &[u8]) = decode(Kind::Object, &value)?;
-                    if rec.body != BodyRef::Inline || rec.info.key != key || rec.seq != entry.seq {
+                    // The current object's record is whichever it is now; a version's must
+                    // be that version.
+                    let other = version_id.is_some() && rec.seq != entry.seq;
+                    if rec.body != BodyRef::Inline || rec.info.key != key || other {
                         continue;
                     }
                     let (start, end) = resolve(range, rec.info.size)?;

@@ -506,3 +506,23 @@ pub async fn raw(addr: SocketAddr, request: &[u8]) -> Raw {
         body,
     }
 }
+
+/// HMAC-SHA1 (RFC 2104), for Signature Version 2.
+pub fn hmac_sha1(key: &[u8], msg: &[u8]) -> Vec<u8> {
+    use s3s::crypto::{Checksum, Sha1};
+    let mut k = if key.len() > 64 {
+        Sha1::checksum(key).as_ref().to_vec()
+    } else {
+        key.to_vec()
+    };
+    k.resize(64, 0);
+    let pad = |x: u8| k.iter().map(|b| b ^ x).collect::<Vec<u8>>();
+    let mut inner = Sha1::new();
+    inner.update(&pad(0x36));
+    inner.update(msg);
+    let inner = inner.finalize();
+    let mut outer = Sha1::new();
+    outer.update(&pad(0x5c));
+    outer.update(inner.as_ref());
+    outer.finalize().as_ref().to_vec()
+}

@@ -11,5 +11,6 @@ mod lifecycle;
 mod listing;
 mod multipart;
 mod objects;
+mod post;
 mod server;
 mod tagging;
