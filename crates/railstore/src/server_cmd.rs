@@ -299,26 +299,34 @@ pub struct ServeArgs {
     pub operator_token: Option<String>,
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
-async fn stop_signal() {
+/// A future that resolves on Ctrl-C or SIGTERM. The handlers are in place when this returns
+/// (not when the future is first polled), so a signal sent once the server says it listens
+/// stops it cleanly instead of killing it with the default action.
+fn stop_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
+        let term = signal(SignalKind::terminate());
+        let int = signal(SignalKind::interrupt());
+        async move {
+            match (term, int) {
+                (Ok(mut term), Ok(mut int)) => {
+                    tokio::select! {
+                        _ = int.recv() => {}
+                        _ = term.recv() => {}
+                    }
                 }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
@@ -482,6 +490,7 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
                 server.listen
             );
         }
+        let stop = stop_signal();
         let bound = railstore_s3::bind(store.clone(), s3)
             .await
             .with_context(|| format!("listening on {}", server.listen))?;
@@ -490,7 +499,7 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
             bound.local_addr(),
             bound.local_addr()
         );
-        bound.serve(stop_signal()).await?;
+        bound.serve(stop).await?;
         tracing::info!("stopping: flushing buffers and closing devices");
         store.shutdown().await?;
         anyhow::Ok(())

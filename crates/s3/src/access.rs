@@ -1,6 +1,7 @@
-//! Who may do what, checked before an operation reads its input: anonymous requests are
-//! refused, and a request signed for another region is refused as AWS refuses it, naming the
-//! region this server expects so that clients can sign again for it.
+//! Who may do what, checked before an operation reads its input: the bucket's policy (an
+//! explicit Deny refuses even the owner; unsigned requests need an Allow to everyone, see
+//! `policy`), and a request signed for another region is refused as AWS refuses it, naming
+//! the region this server expects so that clients can sign again for it.
 
 use http::{HeaderMap, HeaderValue, StatusCode};
 use s3s::access::{S3Access, S3AccessContext};
@@ -11,17 +12,17 @@ const BUCKET_REGION_HEADER: &str = "x-amz-bucket-region";
 
 /// The access check of the one-user server.
 pub(crate) struct Access {
+    pub store: railstore_store::Store,
     pub region: String,
 }
 
 #[async_trait::async_trait]
 impl S3Access for Access {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
-        if cx.credentials().is_none() {
-            return Err(S3Error::with_message(
-                S3ErrorCode::AccessDenied,
-                "Signature is required",
-            ));
+        let signed = cx.credentials().is_some();
+        crate::policy::check(&self.store, signed, cx.s3_op().name(), cx.s3_path())?;
+        if !signed {
+            return Ok(());
         }
         let query = cx.uri().query().unwrap_or_default();
         match signed_region(cx.headers(), query) {

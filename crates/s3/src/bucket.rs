@@ -171,18 +171,3 @@ pub(crate) async fn get_bucket_ownership_controls(
         "The bucket ownership controls were not found",
     ))
 }
-
-pub(crate) async fn get_bucket_policy_status(
-    s3: &RailS3,
-    req: S3Request<GetBucketPolicyStatusInput>,
-) -> S3Result<S3Response<GetBucketPolicyStatusOutput>> {
-    s3.store
-        .head_bucket(&req.input.bucket)
-        .map_err(store_error)?;
-    // No bucket is public: every request must be signed with the server's key pair.
-    Ok(S3Response::new(GetBucketPolicyStatusOutput {
-        policy_status: Some(PolicyStatus {
-            is_public: Some(false),
-        }),
-    }))
-}

@@ -106,6 +106,7 @@ mod list;
 mod lock;
 mod multipart;
 mod object;
+mod policy;
 mod post;
 mod server;
 mod service;

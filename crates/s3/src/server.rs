@@ -194,6 +194,7 @@ pub fn s3_service(store: Store, cfg: &S3Config) -> Result<S3Service, ServeError>
             "the operator token must not be empty".into(),
         ));
     }
+    let access_store = store.clone();
     let mut builder = S3ServiceBuilder::new(
         RailS3::new(store, cfg.region.clone()).with_keyring(cfg.keyring.clone()),
     );
@@ -211,6 +212,7 @@ pub fn s3_service(store: Store, cfg: &S3Config) -> Result<S3Service, ServeError>
         secret_key: SecretKey::from(cfg.secret_key.as_str()),
     });
     builder.set_access(crate::access::Access {
+        store: access_store,
         region: cfg.region.clone(),
     });
     if let Some(d) = &cfg.domain {

@@ -7,7 +7,8 @@ use crate::errors::{err, invalid_argument};
 use crate::fields::Incoming;
 use crate::sse::{self, Keyring};
 use crate::{
-    attributes, bucket, copy, cors, lifecycle, list, lock, multipart, object, tagging, versioning,
+    attributes, bucket, copy, cors, lifecycle, list, lock, multipart, object, policy, tagging,
+    versioning,
 };
 use http::HeaderMap;
 use railstore_store::{ChecksumsAtEnd, Mechanism, Store};
@@ -149,7 +150,13 @@ routes! {
     versioning::get_bucket_versioning(GetBucketVersioningInput) -> GetBucketVersioningOutput;
     versioning::put_bucket_versioning(PutBucketVersioningInput) -> PutBucketVersioningOutput;
     bucket::get_bucket_ownership_controls(GetBucketOwnershipControlsInput) -> GetBucketOwnershipControlsOutput;
-    bucket::get_bucket_policy_status(GetBucketPolicyStatusInput) -> GetBucketPolicyStatusOutput;
+    policy::get_bucket_policy_status(GetBucketPolicyStatusInput) -> GetBucketPolicyStatusOutput;
+    policy::put_bucket_policy(PutBucketPolicyInput) -> PutBucketPolicyOutput;
+    policy::get_bucket_policy(GetBucketPolicyInput) -> GetBucketPolicyOutput;
+    policy::delete_bucket_policy(DeleteBucketPolicyInput) -> DeleteBucketPolicyOutput;
+    policy::put_public_access_block(PutPublicAccessBlockInput) -> PutPublicAccessBlockOutput;
+    policy::get_public_access_block(GetPublicAccessBlockInput) -> GetPublicAccessBlockOutput;
+    policy::delete_public_access_block(DeletePublicAccessBlockInput) -> DeletePublicAccessBlockOutput;
     lock::get_object_lock_configuration(GetObjectLockConfigurationInput) -> GetObjectLockConfigurationOutput;
     lock::put_object_lock_configuration(PutObjectLockConfigurationInput) -> PutObjectLockConfigurationOutput;
     lock::get_object_retention(GetObjectRetentionInput) -> GetObjectRetentionOutput;

@@ -11,6 +11,7 @@ mod lifecycle;
 mod listing;
 mod multipart;
 mod objects;
+mod policy;
 mod post;
 mod server;
 mod tagging;

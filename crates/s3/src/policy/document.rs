@@ -1,0 +1,287 @@
+//! Bucket policy documents: the grammar S3 takes (Version, Statement; Effect, Principal,
+//! Action, Resource, Condition) and their evaluation for a request: an explicit Deny wins,
+//! then an Allow, else the policy says nothing.
+
+use serde_json::{Map, Value};
+
+/// What a policy says of one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Decision {
+    Deny,
+    Allow,
+    /// No statement applies.
+    Silent,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Statement {
+    allow: bool,
+    /// `*` (or `{"AWS": "*"}`): everyone; otherwise the principals named.
+    everyone: bool,
+    actions: Vec<String>,
+    resources: Vec<String>,
+    /// A `Condition` block: not evaluated, so an Allow with one never applies and a Deny
+    /// with one always does (both err on the side of refusing).
+    conditional: bool,
+}
+
+/// A parsed bucket policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Policy {
+    statements: Vec<Statement>,
+}
+
+/// One string or a list of them.
+fn strings(v: &Value, what: &str) -> Result<Vec<String>, String> {
+    match v {
+        Value::String(s) => Ok(vec![s.clone()]),
+        Value::Array(a) if !a.is_empty() => a
+            .iter()
+            .map(|x| {
+                x.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| format!("{what} must be strings"))
+            })
+            .collect(),
+        _ => Err(format!("{what} must be a string or a list of strings")),
+    }
+}
+
+fn field<'v>(m: &'v Map<String, Value>, name: &str) -> Option<&'v Value> {
+    m.get(name)
+}
+
+fn statement(m: &Map<String, Value>, bucket: &str) -> Result<Statement, String> {
+    for k in m.keys() {
+        if !matches!(
+            k.as_str(),
+            "Sid" | "Effect" | "Principal" | "Action" | "Resource" | "Condition"
+        ) {
+            return Err(format!(
+                "{k} is not supported in a bucket policy statement (NotPrincipal, NotAction and \
+                 NotResource are not)"
+            ));
+        }
+    }
+    let allow = match field(m, "Effect").and_then(Value::as_str) {
+        Some("Allow") => true,
+        Some("Deny") => false,
+        _ => return Err("a statement's Effect is Allow or Deny".into()),
+    };
+    let everyone = match field(m, "Principal") {
+        Some(Value::String(s)) if s == "*" => true,
+        Some(Value::Object(p)) => {
+            let aws = p
+                .get("AWS")
+                .ok_or("a statement's Principal names AWS principals")?;
+            strings(aws, "principals")?.iter().any(|s| s == "*")
+        }
+        _ => return Err("a statement needs a Principal".into()),
+    };
+    let actions = strings(
+        field(m, "Action").ok_or("a statement needs an Action")?,
+        "actions",
+    )?;
+    for a in &actions {
+        if a != "*" && !a.to_ascii_lowercase().starts_with("s3:") {
+            return Err(format!("action {a:?} is not an S3 action"));
+        }
+    }
+    let resources = strings(
+        field(m, "Resource").ok_or("a statement needs a Resource")?,
+        "resources",
+    )?;
+    for r in &resources {
+        let Some(path) = r.strip_prefix("arn:aws:s3:::") else {
+            return Err(format!("resource {r:?} is not an S3 ARN"));
+        };
+        let named = path.split('/').next().unwrap_or_default();
+        if !wildcard_match(named, bucket, false) {
+            return Err(format!(
+                "Policy has invalid resource: {r:?} is not in bucket {bucket}"
+            ));
+        }
+    }
+    let conditional = match field(m, "Condition") {
+        None => false,
+        Some(Value::Object(c)) => !c.is_empty(),
+        Some(_) => return Err("a statement's Condition is an object".into()),
+    };
+    Ok(Statement {
+        allow,
+        everyone,
+        actions,
+        resources,
+        conditional,
+    })
+}
+
+impl Policy {
+    /// Parses a policy for `bucket`; the error says what is malformed.
+    pub(crate) fn parse(text: &str, bucket: &str) -> Result<Policy, String> {
+        let doc: Value =
+            serde_json::from_str(text).map_err(|e| format!("the policy is not JSON: {e}"))?;
+        let Some(doc) = doc.as_object() else {
+            return Err("the policy is not a JSON object".into());
+        };
+        if let Some(v) = doc.get("Version") {
+            if !matches!(v.as_str(), Some("2012-10-17" | "2008-10-17")) {
+                return Err("Version is 2012-10-17 or 2008-10-17".into());
+            }
+        }
+        let statements = match doc.get("Statement") {
+            Some(Value::Object(s)) => vec![statement(s, bucket)?],
+            Some(Value::Array(a)) if !a.is_empty() => a
+                .iter()
+                .map(|s| match s {
+                    Value::Object(s) => statement(s, bucket),
+                    _ => Err("a statement is an object".into()),
+                })
+                .collect::<Result<_, _>>()?,
+            _ => return Err("a policy needs a Statement".into()),
+        };
+        Ok(Policy { statements })
+    }
+
+    /// Whether the policy grants anything to everyone (unconditionally), as
+    /// GetBucketPolicyStatus and `BlockPublicPolicy` judge it.
+    pub(crate) fn is_public(&self) -> bool {
+        self.statements
+            .iter()
+            .any(|s| s.allow && s.everyone && !s.conditional)
+    }
+
+    /// What the policy says of `action` (`s3:GetObject`) on `resource`
+    /// (`arn:aws:s3:::bucket/key`) by this server's callers: the owner or anyone unsigned.
+    pub(crate) fn decide(&self, action: &str, resource: &str) -> Decision {
+        let applies = |s: &Statement| {
+            // Named principals are other accounts' users: never this server's callers.
+            s.everyone
+                && s.actions.iter().any(|a| wildcard_match(a, action, true))
+                && s.resources
+                    .iter()
+                    .any(|r| wildcard_match(r, resource, false))
+        };
+        if self.statements.iter().any(|s| !s.allow && applies(s)) {
+            return Decision::Deny;
+        }
+        if self
+            .statements
+            .iter()
+            .any(|s| s.allow && !s.conditional && applies(s))
+        {
+            return Decision::Allow;
+        }
+        Decision::Silent
+    }
+}
+
+/// `*` (any run) and `?` (any one character) patterns, as IAM matches actions (without
+/// regard to case) and resources.
+fn wildcard_match(pattern: &str, text: &str, ignore_case: bool) -> bool {
+    let norm = |s: &str| -> Vec<char> {
+        if ignore_case {
+            s.to_ascii_lowercase().chars().collect()
+        } else {
+            s.chars().collect()
+        }
+    };
+    let (p, t) = (norm(pattern), norm(text));
+    // Iterative matching with backtracking to the last `*`.
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(statement: &str) -> Result<Policy, String> {
+        Policy::parse(
+            &format!(r#"{{"Version": "2012-10-17", "Statement": [{statement}]}}"#),
+            "bkt",
+        )
+    }
+
+    #[test]
+    fn patterns_match_as_iam_does() {
+        assert!(wildcard_match("s3:Get*", "s3:getobject", true));
+        assert!(wildcard_match(
+            "arn:aws:s3:::bkt/*",
+            "arn:aws:s3:::bkt/a/b",
+            false
+        ));
+        assert!(!wildcard_match(
+            "arn:aws:s3:::bkt/*",
+            "arn:aws:s3:::bkt",
+            false
+        ));
+        assert!(wildcard_match("a?c*e", "abcxxe", false));
+        assert!(!wildcard_match("a?c", "ac", false));
+        assert!(!wildcard_match("ABC", "abc", false));
+    }
+
+    #[test]
+    fn deny_beats_allow_and_conditions_refuse() {
+        let p = policy(
+            r#"{"Effect": "Allow", "Principal": "*", "Action": "s3:*", "Resource": "arn:aws:s3:::bkt/*"},
+               {"Effect": "Deny", "Principal": {"AWS": ["*"]}, "Action": "s3:DeleteObject", "Resource": "arn:aws:s3:::bkt/keep/*"}"#,
+        )
+        .unwrap();
+        assert!(p.is_public());
+        let get = p.decide("s3:GetObject", "arn:aws:s3:::bkt/a");
+        assert_eq!(get, Decision::Allow);
+        let keep = p.decide("s3:DeleteObject", "arn:aws:s3:::bkt/keep/x");
+        assert_eq!(keep, Decision::Deny);
+        let list = p.decide("s3:ListBucket", "arn:aws:s3:::bkt");
+        assert_eq!(list, Decision::Silent);
+        let c = policy(
+            r#"{"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::bkt/*",
+                "Condition": {"IpAddress": {"aws:SourceIp": "10.0.0.0/8"}}}"#,
+        )
+        .unwrap();
+        assert!(!c.is_public());
+        let got = c.decide("s3:GetObject", "arn:aws:s3:::bkt/a");
+        assert_eq!(got, Decision::Silent);
+        let named = policy(
+            r#"{"Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::s3tenant1:root"}, "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::bkt"}"#,
+        )
+        .unwrap();
+        assert!(!named.is_public());
+    }
+
+    #[test]
+    fn malformed_policies_say_why() {
+        for bad in [
+            r#"{"Effect": "Allow", "NotPrincipal": {"AWS": "x"}, "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::bkt"}"#,
+            r#"{"Effect": "Maybe", "Principal": "*", "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::bkt"}"#,
+            r#"{"Effect": "Allow", "Principal": "*", "Action": "ec2:Run", "Resource": "arn:aws:s3:::bkt"}"#,
+            r#"{"Effect": "Allow", "Principal": "*", "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::other"}"#,
+            r#"{"Effect": "Allow", "Principal": "*", "Action": "s3:ListBucket"}"#,
+        ] {
+            assert!(policy(bad).is_err(), "{bad}");
+        }
+        assert!(Policy::parse("{}", "bkt").is_err());
+        assert!(Policy::parse("not json", "bkt").is_err());
+        let any = policy(
+            r#"{"Effect": "Allow", "Principal": "*", "Action": "s3:ListBucket", "Resource": ["arn:aws:s3:::*", "arn:aws:s3:::*/*"]}"#,
+        );
+        assert!(any.is_ok());
+    }
+}

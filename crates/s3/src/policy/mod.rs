@@ -1,0 +1,227 @@
+//! Bucket policies and the public access block: their configuration, and the check every
+//! request passes (`access.rs` calls [`check`]) — an explicit Deny refuses even the owner, an
+//! Allow to everyone (`Principal: *`) opens the bucket to unsigned requests unless the public
+//! access block restricts it.
+
+mod document;
+
+use crate::errors::{err, no_configuration, store_error};
+use crate::service::RailS3;
+use document::{Decision, Policy};
+use railstore_store::Store;
+use s3s::dto::*;
+use s3s::path::S3Path;
+use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
+
+/// The bucket settings they are kept in: the policy as given, the block as JSON.
+const POLICY_SETTING: &str = "policy";
+const PUBLIC_BLOCK_SETTING: &str = "public-access-block";
+
+fn access_denied(msg: &str) -> S3Error {
+    err(S3ErrorCode::AccessDenied, msg)
+}
+
+/// The bucket's public access block (all off when none is set).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct PublicBlock {
+    block_public_acls: bool,
+    ignore_public_acls: bool,
+    block_public_policy: bool,
+    restrict_public_buckets: bool,
+}
+
+fn public_block(store: &Store, bucket: &str) -> S3Result<Option<PublicBlock>> {
+    let text = store
+        .bucket_setting(bucket, PUBLIC_BLOCK_SETTING)
+        .map_err(store_error)?;
+    Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
+}
+
+pub(crate) async fn put_bucket_policy(
+    s3: &RailS3,
+    req: S3Request<PutBucketPolicyInput>,
+) -> S3Result<S3Response<PutBucketPolicyOutput>> {
+    let input = req.input;
+    let policy = Policy::parse(&input.policy, &input.bucket)
+        .map_err(|why| err(S3ErrorCode::MalformedPolicy, why))?;
+    let block = public_block(&s3.store, &input.bucket)?.unwrap_or_default();
+    if block.block_public_policy && policy.is_public() {
+        return Err(access_denied(
+            "The bucket's public access block (BlockPublicPolicy) refuses a public policy",
+        ));
+    }
+    s3.store
+        .set_bucket_setting(&input.bucket, POLICY_SETTING, Some(input.policy))
+        .await
+        .map_err(store_error)?;
+    Ok(S3Response::new(PutBucketPolicyOutput::default()))
+}
+
+pub(crate) async fn get_bucket_policy(
+    s3: &RailS3,
+    req: S3Request<GetBucketPolicyInput>,
+) -> S3Result<S3Response<GetBucketPolicyOutput>> {
+    let policy = s3
+        .store
+        .bucket_setting(&req.input.bucket, POLICY_SETTING)
+        .map_err(store_error)?
+        .ok_or_else(|| {
+            no_configuration(
+                S3ErrorCode::NoSuchBucketPolicy,
+                "The bucket policy does not exist",
+            )
+        })?;
+    Ok(S3Response::new(GetBucketPolicyOutput {
+        policy: Some(policy),
+    }))
+}
+
+pub(crate) async fn delete_bucket_policy(
+    s3: &RailS3,
+    req: S3Request<DeleteBucketPolicyInput>,
+) -> S3Result<S3Response<DeleteBucketPolicyOutput>> {
+    s3.store
+        .set_bucket_setting(&req.input.bucket, POLICY_SETTING, None)
+        .await
+        .map_err(store_error)?;
+    Ok(S3Response::new(DeleteBucketPolicyOutput::default()))
+}
+
+pub(crate) async fn get_bucket_policy_status(
+    s3: &RailS3,
+    req: S3Request<GetBucketPolicyStatusInput>,
+) -> S3Result<S3Response<GetBucketPolicyStatusOutput>> {
+    let bucket = &req.input.bucket;
+    let text = s3
+        .store
+        .bucket_setting(bucket, POLICY_SETTING)
+        .map_err(store_error)?;
+    let public = text
+        .and_then(|t| Policy::parse(&t, bucket).ok())
+        .is_some_and(|p| p.is_public());
+    Ok(S3Response::new(GetBucketPolicyStatusOutput {
+        policy_status: Some(PolicyStatus {
+            is_public: Some(public),
+        }),
+    }))
+}
+
+pub(crate) async fn put_public_access_block(
+    s3: &RailS3,
+    req: S3Request<PutPublicAccessBlockInput>,
+) -> S3Result<S3Response<PutPublicAccessBlockOutput>> {
+    let input = req.input;
+    let c = &input.public_access_block_configuration;
+    let block = PublicBlock {
+        block_public_acls: c.block_public_acls.unwrap_or(false),
+        ignore_public_acls: c.ignore_public_acls.unwrap_or(false),
+        block_public_policy: c.block_public_policy.unwrap_or(false),
+        restrict_public_buckets: c.restrict_public_buckets.unwrap_or(false),
+    };
+    let json = serde_json::to_string(&block).expect("serialises");
+    s3.store
+        .set_bucket_setting(&input.bucket, PUBLIC_BLOCK_SETTING, Some(json))
+        .await
+        .map_err(store_error)?;
+    Ok(S3Response::new(PutPublicAccessBlockOutput::default()))
+}
+
+pub(crate) async fn get_public_access_block(
+    s3: &RailS3,
+    req: S3Request<GetPublicAccessBlockInput>,
+) -> S3Result<S3Response<GetPublicAccessBlockOutput>> {
+    let block = public_block(&s3.store, &req.input.bucket)?.ok_or_else(|| {
+        no_configuration(
+            S3ErrorCode::from_bytes(b"NoSuchPublicAccessBlockConfiguration").expect("a code"),
+            "The public access block configuration was not found",
+        )
+    })?;
+    Ok(S3Response::new(GetPublicAccessBlockOutput {
+        public_access_block_configuration: Some(PublicAccessBlockConfiguration {
+            block_public_acls: Some(block.block_public_acls),
+            ignore_public_acls: Some(block.ignore_public_acls),
+            block_public_policy: Some(block.block_public_policy),
+            restrict_public_buckets: Some(block.restrict_public_buckets),
+        }),
+    }))
+}
+
+pub(crate) async fn delete_public_access_block(
+    s3: &RailS3,
+    req: S3Request<DeletePublicAccessBlockInput>,
+) -> S3Result<S3Response<DeletePublicAccessBlockOutput>> {
+    s3.store
+        .set_bucket_setting(&req.input.bucket, PUBLIC_BLOCK_SETTING, None)
+        .await
+        .map_err(store_error)?;
+    Ok(S3Response::new(DeletePublicAccessBlockOutput::default()))
+}
+
+/// The IAM action an S3 operation is (`s3:GetObject`).
+fn action(op: &str) -> String {
+    let name = match op {
+        "ListObjects" | "ListObjectsV2" | "HeadBucket" => "ListBucket",
+        "ListObjectVersions" => "ListBucketVersions",
+        "HeadObject" => "GetObject",
+        "CreateMultipartUpload"
+        | "UploadPart"
+        | "CompleteMultipartUpload"
+        | "CopyObject"
+        | "UploadPartCopy" => "PutObject",
+        "AbortMultipartUpload" => "AbortMultipartUpload",
+        "ListMultipartUploads" => "ListBucketMultipartUploads",
+        "ListParts" => "ListMultipartUploadParts",
+        "DeleteObjects" => "DeleteObject",
+        "GetPublicAccessBlock" => "GetBucketPublicAccessBlock",
+        "PutPublicAccessBlock" | "DeletePublicAccessBlock" => "PutBucketPublicAccessBlock",
+        "DeleteBucketPolicy" => "DeleteBucketPolicy",
+        other => other,
+    };
+    format!("s3:{name}")
+}
+
+/// Whether the bucket's policy lets this request through: `signed` says whether it carries
+/// the server's signature (the owner). The owner is refused only by an explicit Deny (never
+/// for managing the policy itself, so a policy cannot lock its owner out); an unsigned request
+/// needs an Allow to everyone and no `RestrictPublicBuckets`.
+pub(crate) fn check(store: &Store, signed: bool, op: &str, path: &S3Path) -> S3Result<()> {
+    let (bucket, resource) = match path {
+        S3Path::Root => (None, String::new()),
+        S3Path::Bucket { bucket } => (Some(bucket), format!("arn:aws:s3:::{bucket}")),
+        S3Path::Object { bucket, key } => (Some(bucket), format!("arn:aws:s3:::{bucket}/{key}")),
+    };
+    let unsigned = || access_denied("Signature is required");
+    let Some(bucket) = bucket else {
+        return if signed { Ok(()) } else { Err(unsigned()) };
+    };
+    // A missing bucket has no policy: the operation answers NoSuchBucket.
+    let text = store.bucket_setting(bucket, POLICY_SETTING).ok().flatten();
+    let Some(text) = text else {
+        return if signed { Ok(()) } else { Err(unsigned()) };
+    };
+    let Ok(policy) = Policy::parse(&text, bucket) else {
+        return if signed { Ok(()) } else { Err(unsigned()) };
+    };
+    let action = action(op);
+    let decision = policy.decide(&action, &resource);
+    if signed {
+        let manages_policy = matches!(
+            action.as_str(),
+            "s3:PutBucketPolicy" | "s3:DeleteBucketPolicy" | "s3:GetBucketPolicy"
+        );
+        return match decision {
+            Decision::Deny if !manages_policy => {
+                Err(access_denied("Access Denied by the bucket's policy"))
+            }
+            _ => Ok(()),
+        };
+    }
+    let restricted = public_block(store, bucket)
+        .ok()
+        .flatten()
+        .is_some_and(|b| b.restrict_public_buckets);
+    match decision {
+        Decision::Allow if !restricted => Ok(()),
+        _ => Err(unsigned()),
+    }
+}
