@@ -180,10 +180,41 @@ fn action(op: &str) -> String {
     format!("s3:{name}")
 }
 
+/// The operations a policy can open to unsigned requests: reads, listings and writes of
+/// objects. Never the bucket's configuration (a public `s3:*` does not let anyone rewrite the
+/// policy or delete the bucket), and never copies (their source, another resource, would be
+/// read unchecked).
+fn open_to_public(op: &str) -> bool {
+    matches!(
+        op,
+        "GetObject"
+            | "HeadObject"
+            | "GetObjectAttributes"
+            | "GetObjectTagging"
+            | "PutObjectTagging"
+            | "DeleteObjectTagging"
+            | "ListObjects"
+            | "ListObjectsV2"
+            | "ListObjectVersions"
+            | "HeadBucket"
+            | "GetBucketLocation"
+            | "PutObject"
+            | "DeleteObject"
+            | "DeleteObjects"
+            | "CreateMultipartUpload"
+            | "UploadPart"
+            | "CompleteMultipartUpload"
+            | "AbortMultipartUpload"
+            | "ListParts"
+            | "ListMultipartUploads"
+    )
+}
+
 /// Whether the bucket's policy lets this request through: `signed` says whether it carries
 /// the server's signature (the owner). The owner is refused only by an explicit Deny (never
 /// for managing the policy itself, so a policy cannot lock its owner out); an unsigned request
-/// needs an Allow to everyone and no `RestrictPublicBuckets`.
+/// needs an Allow to everyone, no `RestrictPublicBuckets`, and an operation on objects
+/// ([`open_to_public`]).
 pub(crate) fn check(store: &Store, signed: bool, op: &str, path: &S3Path) -> S3Result<()> {
     let (bucket, resource) = match path {
         S3Path::Root => (None, String::new()),
@@ -221,7 +252,7 @@ pub(crate) fn check(store: &Store, signed: bool, op: &str, path: &S3Path) -> S3R
         .flatten()
         .is_some_and(|b| b.restrict_public_buckets);
     match decision {
-        Decision::Allow if !restricted => Ok(()),
+        Decision::Allow if !restricted && open_to_public(op) => Ok(()),
         _ => Err(unsigned()),
     }
 }

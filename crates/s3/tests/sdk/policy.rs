@@ -70,6 +70,37 @@ async fn policies_open_and_close_a_bucket() {
     let r = s.raw(&unsigned_get(&s, &b, "public/a")).await;
     assert_eq!((r.status, r.text()), (200, "hello".to_string()));
     assert_eq!(s.raw(&unsigned_get(&s, &b, "private/b")).await.status, 403);
+    // Even `s3:*` to everyone opens objects only: not the policy, not copies (whose source
+    // is another resource).
+    let everything = format!(
+        r#"{{"Statement": [{{"Effect": "Allow", "Principal": "*", "Action": "s3:*", "Resource": ["arn:aws:s3:::{b}", "arn:aws:s3:::{b}/*"]}}]}}"#
+    );
+    s.client
+        .put_bucket_policy()
+        .bucket(&b)
+        .policy(&everything)
+        .send()
+        .await
+        .unwrap();
+    let delete_policy = format!(
+        "DELETE /{b}?policy HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        s.addr
+    );
+    assert_eq!(s.raw(delete_policy.as_bytes()).await.status, 403);
+    let copy = format!(
+        "PUT /{b}/public/copy HTTP/1.1\r\nHost: {}\r\nx-amz-copy-source: /{b}/private/b\r\n\
+         Content-Length: 0\r\nConnection: close\r\n\r\n",
+        s.addr
+    );
+    assert_eq!(s.raw(copy.as_bytes()).await.status, 403);
+    assert_eq!(s.raw(&unsigned_get(&s, &b, "private/b")).await.status, 200);
+    s.client
+        .put_bucket_policy()
+        .bucket(&b)
+        .policy(&public)
+        .send()
+        .await
+        .unwrap();
 
     // RestrictPublicBuckets closes it again; BlockPublicPolicy refuses a public policy.
     let block = |restrict: bool, block_policy: bool| {
