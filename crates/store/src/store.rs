@@ -220,6 +220,10 @@ pub fn check_bucket_name(name: &str) -> Result<()> {
     if name.contains("..") {
         return bad("no two adjacent dots");
     }
+    // Each dot-separated part is a DNS label (virtual-hosted-style names are host names).
+    if name.contains(".-") || name.contains("-.") {
+        return bad("no hyphen next to a dot");
+    }
     if name.parse::<std::net::Ipv4Addr>().is_ok() {
         return bad("not an IP address");
     }

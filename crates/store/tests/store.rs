@@ -69,6 +69,8 @@ async fn buckets_follow_s3_rules() {
         "Photos",
         "-x-",
         "a..b",
+        "foo-.bar",
+        "foo.-bar",
         "192.168.1.1",
         &"x".repeat(64),
     ] {
