@@ -276,7 +276,7 @@ pub(crate) fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
         .get_all(http::header::AUTHORIZATION)
         .iter()
         .any(|v| match bearer(v.as_bytes()) {
-            Some(given) => constant_time_eq(given, token.as_bytes()),
+            Some(given) => crate::util::constant_time_eq(given, token.as_bytes()),
             None => false,
         })
 }
@@ -287,14 +287,6 @@ pub(crate) fn bearer(value: &[u8]) -> Option<&[u8]> {
     scheme
         .eq_ignore_ascii_case(b"Bearer ")
         .then(|| rest.trim_ascii())
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(diff) == 0
 }
 
 #[cfg(test)]

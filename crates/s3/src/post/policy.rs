@@ -2,6 +2,7 @@
 //! the policy; Version 4: HMAC-SHA256 under the day's signing key), and whether the form's
 //! fields keep to the policy (its expiration and conditions), as S3 checks them.
 
+use crate::util::{constant_time_eq, hex};
 use base64_simd::STANDARD as B64;
 use hmac::{Hmac, Mac};
 use http::StatusCode;
@@ -37,10 +38,6 @@ impl<'f> Fields<'f> {
 pub(crate) struct Signer<'k> {
     pub access_key: &'k str,
     pub secret_key: &'k str,
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 fn hmac_sha256(key: &[u8], data: &[u8]) -> Vec<u8> {
@@ -133,17 +130,13 @@ pub(crate) fn authenticate<'f>(
         let k_region = hmac_sha256(&k_date, region.as_bytes());
         let k_service = hmac_sha256(&k_region, service.as_bytes());
         let k_signing = hmac_sha256(&k_service, b"aws4_request");
-        let want = to_hex(&hmac_sha256(&k_signing, policy.as_bytes()));
+        let want = hex(&hmac_sha256(&k_signing, policy.as_bytes()));
         if !constant_time_eq(want.as_bytes(), signature.trim().as_bytes()) {
             return Err(signature_mismatch());
         }
         return Ok(policy);
     }
     Err(denied("Access Denied: the form is not signed."))
-}
-
-fn to_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn signature_mismatch() -> Refusal {
@@ -364,7 +357,7 @@ mod tests {
     fn hmac_sha1_matches_rfc_2202() {
         // Test case 2 of RFC 2202.
         let got = hmac_sha1(b"Jefe", b"what do ya want for nothing?");
-        assert_eq!(to_hex(&got), "effcdf6ae5eb2fa2d27416d5f184df9c259a7c79");
+        assert_eq!(hex(&got), "effcdf6ae5eb2fa2d27416d5f184df9c259a7c79");
     }
 
     #[test]
@@ -410,7 +403,7 @@ mod tests {
             &hmac_sha256(&hmac_sha256(&k, b"us-east-1"), b"s3"),
             b"aws4_request",
         );
-        let sig4 = to_hex(&hmac_sha256(&k, policy.as_bytes()));
+        let sig4 = hex(&hmac_sha256(&k, policy.as_bytes()));
         let v4 = fields(&[
             ("x-amz-algorithm", "AWS4-HMAC-SHA256"),
             ("x-amz-credential", "AK/20261126/us-east-1/s3/aws4_request"),

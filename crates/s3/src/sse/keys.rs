@@ -74,7 +74,7 @@ impl Keyring {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let mut key = Zeroizing::new([0u8; 32]);
                 rand::rngs::OsRng.fill_bytes(&mut key[..]);
-                let text = Zeroizing::new(format!("{}\n", hex_encode(&key[..])));
+                let text = Zeroizing::new(format!("{}\n", crate::util::hex(&key[..])));
                 write_new_private(path, text.as_bytes())?;
                 Ok((Keyring::new(*key), true))
             }
@@ -86,7 +86,7 @@ impl Keyring {
     /// without revealing either; `None` without a master key.
     pub fn key_id(&self) -> Option<String> {
         let k = self.derive("key id")?;
-        Some(hex_encode(&k[..16]))
+        Some(crate::util::hex(&k[..16]))
     }
 
     /// The key-encryption key for `purpose` (`sse-s3`, `kms:<id>`).
@@ -149,10 +149,6 @@ pub(crate) fn unseal(kek: &Key, sealed: &[u8], context: &[u8]) -> Option<Key> {
     let mut key = Zeroizing::new([0u8; 32]);
     key.copy_from_slice(plain.get(..32)?);
     Some(key)
-}
-
-fn hex_encode(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn hex_decode(s: &str) -> Option<Key> {
