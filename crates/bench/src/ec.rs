@@ -72,6 +72,10 @@ pub struct EcBenchArgs {
     /// Skip the plots.
     #[arg(long)]
     pub no_plots: bool,
+    /// User data each offload point (`cuda-kernel`, `cuda-h2h`) codes per pass: enough
+    /// stripes to fill the GPU and to be several times its cache.
+    #[arg(long, default_value = "256M")]
+    pub gpu_data_size: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -313,13 +317,19 @@ pub fn run(args: &EcBenchArgs) -> Result<Vec<Row>> {
     // Counters first, so the coding threads started later inherit them.
     let mut meter = CpuMeter::new();
     let groups = plan.groups();
-    let total = (groups.len() * plan.engines.len() * plan.repeat) as u64;
+    let measured = |g: &Group| {
+        plan.engines
+            .iter()
+            .filter(|e| !(e.is_offload() && g.threads > 1))
+            .count()
+    };
+    let total = (groups.iter().map(measured).sum::<usize>() * plan.repeat) as u64;
     println!(
         "ec-bench: {} code, engines [{}], railstore's own pick here: {}; {} points x {} repeats, D = {}",
         plan.code.name(),
         plan.engines.iter().map(|e| e.name()).collect::<Vec<_>>().join(", "),
         Engine::auto()?,
-        groups.len() * plan.engines.len(),
+        groups.iter().map(measured).sum::<usize>(),
         plan.repeat,
         human_bytes(plan.data_size as u64),
     );
@@ -337,13 +347,129 @@ pub fn run(args: &EcBenchArgs) -> Result<Vec<Row>> {
             .expect("static template"),
     );
     say(&pb, table_header());
+    let mut offload = Offload::open(&plan, args)?;
+    if let Some(o) = &offload {
+        say(&pb, o.describe());
+    }
     let mut rows = Vec::new();
     for g in groups {
         rows.extend(measure_group(&plan, g, &mut meter, &pb)?);
+        if let Some(o) = offload.as_mut() {
+            for row in o.measure(&plan, g, &mut meter)? {
+                say(&pb, table_line(&row));
+                rows.push(row);
+            }
+        }
     }
     pb.finish_and_clear();
-    write_outputs(args, &plan, &rows, meter.unavailable())?;
+    let gpu = offload.as_ref().map(Offload::summary);
+    write_outputs(args, &plan, &rows, meter.unavailable(), gpu.as_ref())?;
     Ok(rows)
+}
+
+/// The offload rows, when the cuda engine is among the engines run (and the build has it).
+struct Offload {
+    #[cfg(feature = "cuda")]
+    inner: crate::ec_offload::Offload,
+    /// (op, k, m, chunk) already measured: the GPU has no thread count.
+    #[cfg(feature = "cuda")]
+    done: std::collections::HashSet<(Op, usize, usize, usize)>,
+}
+
+/// The GPU and its transfer ceilings, for the summary.
+struct GpuSummary {
+    description: String,
+    h2d_gbps: f64,
+    d2h_gbps: f64,
+}
+
+impl Offload {
+    #[cfg(feature = "cuda")]
+    fn open(plan: &Plan, args: &EcBenchArgs) -> Result<Option<Offload>> {
+        if !plan.engines.contains(&Engine::Cuda) {
+            return Ok(None);
+        }
+        let ratio = plan
+            .configs
+            .iter()
+            .chain(&plan.erails)
+            .map(|&(k, m)| m as f64 / k as f64)
+            .fold(1.0, f64::max);
+        let inner =
+            crate::ec_offload::Offload::new(parse_bytes(&args.gpu_data_size)? as usize, ratio)?;
+        Ok(Some(Offload {
+            inner,
+            done: Default::default(),
+        }))
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    fn open(_plan: &Plan, _args: &EcBenchArgs) -> Result<Option<Offload>> {
+        Ok(None)
+    }
+
+    fn describe(&self) -> String {
+        #[cfg(feature = "cuda")]
+        {
+            let c = self.inner.ceilings;
+            format!(
+                "GPU: {}; pinned copies: host-to-device {:.1} GB/s, device-to-host {:.1} GB/s",
+                self.inner.description, c.h2d_gbps, c.d2h_gbps
+            )
+        }
+        #[cfg(not(feature = "cuda"))]
+        unreachable!("no offload without the cuda feature")
+    }
+
+    fn measure(&mut self, plan: &Plan, g: Group, meter: &mut CpuMeter) -> Result<Vec<Row>> {
+        #[cfg(feature = "cuda")]
+        {
+            if !self.done.insert((g.op, g.k, g.m, g.chunk)) {
+                return Ok(Vec::new());
+            }
+            let cpu_engine = plan
+                .engines
+                .iter()
+                .copied()
+                .find(|e| !e.is_offload())
+                .unwrap_or_else(Engine::detect);
+            let cpu_threads = plan.threads.iter().copied().max().unwrap_or(1);
+            Ok(self
+                .inner
+                .measure(
+                    plan.code,
+                    g.op,
+                    g.k,
+                    g.m,
+                    g.chunk,
+                    plan.repeat,
+                    plan.min_time_s,
+                    meter,
+                    cpu_engine,
+                    cpu_threads,
+                )?
+                .map(Vec::from)
+                .unwrap_or_default())
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = (plan, g, meter);
+            unreachable!("no offload without the cuda feature")
+        }
+    }
+
+    fn summary(&self) -> GpuSummary {
+        #[cfg(feature = "cuda")]
+        {
+            GpuSummary {
+                description: self.inner.description.clone(),
+                h2d_gbps: self.inner.ceilings.h2d_gbps,
+                d2h_gbps: self.inner.ceilings.d2h_gbps,
+            }
+        }
+        #[cfg(not(feature = "cuda"))]
+        unreachable!("no offload without the cuda feature")
+    }
 }
 
 fn measure_group(
@@ -352,15 +478,21 @@ fn measure_group(
     meter: &mut CpuMeter,
     pb: &ProgressBar,
 ) -> Result<Vec<Row>> {
+    // An offload engine has no thread count: measure it once per point.
+    let engines: Vec<Engine> = plan
+        .engines
+        .iter()
+        .copied()
+        .filter(|e| !(e.is_offload() && g.threads > 1))
+        .collect();
     let mut setups = Vec::new();
-    for &engine in &plan.engines {
+    for &engine in &engines {
         let codec =
             Codec::with_engine(Code::new(plan.code, g.k, g.m)?, engine)?.with_threads(g.threads)?;
         let data = DataSet::new(&codec, g.op, g.chunk, plan.data_size, plan.seed())?;
         setups.push((codec, data));
     }
-    let mut results: Vec<Measured> = plan
-        .engines
+    let mut results: Vec<Measured> = engines
         .iter()
         .map(|_| Measured {
             rates: Vec::new(),
@@ -403,7 +535,7 @@ fn measure_group(
         }
     }
     let mut rows = Vec::new();
-    for (engine, mut res) in plan.engines.iter().zip(results) {
+    for (engine, mut res) in engines.iter().zip(results) {
         let row = to_row(plan, g, *engine, &mut res);
         say(pb, table_line(&row));
         rows.push(row);
@@ -572,6 +704,7 @@ fn write_outputs(
     plan: &Plan,
     rows: &[Row],
     counters_missing: Option<&str>,
+    gpu: Option<&GpuSummary>,
 ) -> Result<()> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
@@ -589,7 +722,10 @@ fn write_outputs(
             written.push(p);
         }
     }
-    let summary = summary_markdown(plan, rows, counters_missing);
+    let mut summary = summary_markdown(plan, rows, counters_missing);
+    if let Some(g) = gpu {
+        summary.push_str(&offload_markdown(g, rows));
+    }
     let summary_path = args.out.join("summary.md");
     std::fs::write(&summary_path, &summary)?;
     written.push(summary_path);
@@ -710,6 +846,93 @@ fn summary_markdown(plan: &Plan, rows: &[Row], counters_missing: Option<&str>) -
     s
 }
 
+/// The offload section: each GPU row beside the CPU engine coding the same batch on every core
+/// (like for like: same data set, same layout, data in host memory), and where offload wins.
+fn offload_markdown(g: &GpuSummary, rows: &[Row]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\n### Offload coder (cuda) against the CPU engines of this run\n\n\
+         - GPU: {}\n- pinned copy ceilings: host-to-device {:.1} GB/s, device-to-host {:.1} GB/s\n\
+         - `cuda-kernel`: data on the GPU, kernels only; `cuda-h2h`: host to host through \
+         pinned memory, pipelined over streams; `*-batch`: the CPU engine coding the same batch \
+         in host memory on every core, whole stripes per thread; `cuda` (table above): one \
+         stripe per call through the codec\n",
+        g.description, g.h2d_gbps, g.d2h_gbps
+    );
+    let _ = writeln!(
+        s,
+        "| op | code | chunk | batch | kernel GB/s | h2h GB/s | h2h / H2D | host CPU s per GB \
+         (h2h) | CPU batch GB/s (engine x threads) | CPU s per GB (CPU batch) | h2h / CPU | \
+         kernel / CPU |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    let same = |r: &Row, h: &Row| r.op == h.op && r.k == h.k && r.m == h.m && r.chunk == h.chunk;
+    // Per (op, k, m): the chunks at which host-to-host, and device-resident, coding win.
+    type Wins = (Vec<usize>, Vec<usize>);
+    let mut wins: BTreeMap<(String, usize, usize), Wins> = BTreeMap::new();
+    for h in rows.iter().filter(|r| r.engine == "cuda-h2h") {
+        let kernel = rows
+            .iter()
+            .find(|r| r.engine == "cuda-kernel" && same(r, h));
+        let cpu = rows
+            .iter()
+            .find(|r| r.engine.ends_with("-batch") && same(r, h));
+        let (Some(kernel), Some(cpu)) = (kernel, cpu) else {
+            continue;
+        };
+        let w = wins.entry((h.op.clone(), h.k, h.m)).or_default();
+        if h.data_gbps > cpu.data_gbps {
+            w.0.push(h.chunk);
+        }
+        if kernel.data_gbps > cpu.data_gbps {
+            w.1.push(h.chunk);
+        }
+        let _ = writeln!(
+            s,
+            "| {} | RS({},{}) | {} | {} | {:.1} | {:.1} | {:.0}% | {:.3} | {:.1} ({} x{}) | {:.3} | \
+             {:.2}x | {:.1}x |",
+            h.op,
+            h.k,
+            h.m,
+            human_bytes(h.chunk as u64),
+            human_bytes(h.data_size as u64),
+            kernel.data_gbps,
+            h.data_gbps,
+            100.0 * h.data_gbps / g.h2d_gbps,
+            h.cpu_s_per_s / h.data_gbps.max(1e-9),
+            cpu.data_gbps,
+            cpu.engine.trim_end_matches("-batch"),
+            cpu.threads,
+            cpu.cpu_s_per_s / cpu.data_gbps.max(1e-9),
+            h.data_gbps / cpu.data_gbps,
+            kernel.data_gbps / cpu.data_gbps
+        );
+    }
+    let list = |v: &[usize]| {
+        if v.is_empty() {
+            "none in this sweep".to_string()
+        } else {
+            v.iter()
+                .map(|&c| human_bytes(c as u64))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    let _ = writeln!(
+        s,
+        "\nCrossover: the chunk sizes at which the GPU beats every CPU core on the same batch\n"
+    );
+    for ((op, k, m), (h2h, kernel)) in wins {
+        let _ = writeln!(
+            s,
+            "- {op} RS({k},{m}): host to host at {}; data already on the GPU at {}",
+            list(&h2h),
+            list(&kernel)
+        );
+    }
+    s
+}
+
 fn plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     let engines: Vec<String> = {
@@ -718,6 +941,25 @@ fn plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
         e.sort();
         e.dedup();
         e
+    };
+    // One line per engine and thread count (the CPU engines threaded over every core are what
+    // an offload coder must beat).
+    let lines: Vec<(String, usize)> = {
+        let mut l: Vec<(String, usize)> = rows
+            .iter()
+            .filter(|r| r.k != r.m || r.chunk != 256 << 10)
+            .map(|r| (r.engine.clone(), r.threads))
+            .collect();
+        l.sort();
+        l.dedup();
+        l
+    };
+    let line_name = |e: &str, t: usize| {
+        if t == 1 {
+            e.to_string()
+        } else {
+            format!("{e} x{t}")
+        }
     };
     let configs: Vec<(usize, usize)> = {
         let mut c: Vec<(usize, usize)> = rows
@@ -732,14 +974,14 @@ fn plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
     for op in ["encode", "decode"] {
         // EC-Bench Fig. 2-5: throughput against chunk size, one chart per configuration.
         for &(k, m) in &configs {
-            let series: Vec<Series> = engines
+            let series: Vec<Series> = lines
                 .iter()
-                .map(|e| Series {
-                    name: e.clone(),
+                .map(|(e, t)| Series {
+                    name: line_name(e, *t),
                     points: rows
                         .iter()
                         .filter(|r| {
-                            r.op == op && r.k == k && r.m == m && r.engine == *e && r.threads == 1
+                            r.op == op && r.k == k && r.m == m && r.engine == *e && r.threads == *t
                         })
                         .map(|r| (r.chunk as f64, r.data_gbps))
                         .collect(),
@@ -766,10 +1008,10 @@ fn plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
             .iter()
             .map(|(k, m)| format!("RS({k},{m})"))
             .collect();
-        let series: Vec<Series> = engines
+        let series: Vec<Series> = lines
             .iter()
-            .map(|e| Series {
-                name: e.clone(),
+            .map(|(e, t)| Series {
+                name: line_name(e, *t),
                 points: configs
                     .iter()
                     .enumerate()
@@ -780,7 +1022,7 @@ fn plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
                                     && r.k == k
                                     && r.m == m
                                     && r.engine == *e
-                                    && r.threads == 1
+                                    && r.threads == *t
                             })
                             .map(|r| r.norm_thr_mbps)
                             .reduce(f64::max)

@@ -3,6 +3,8 @@
 
 pub mod device;
 pub mod ec;
+#[cfg(feature = "cuda")]
+pub mod ec_offload;
 pub mod kv;
 pub mod meter;
 pub mod mixed;

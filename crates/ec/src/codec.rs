@@ -353,6 +353,59 @@ impl Codec {
         t
     }
 
+    /// Codes `outputs = t * inputs` with any prepared matrix (from [`Codec::encode_tables`] or
+    /// [`Codec::recovery_tables`]): the CPU counterpart of [`crate::gpu`]'s batches.
+    pub fn apply_tables(
+        &self,
+        t: &Tables,
+        inputs: &[&[u8]],
+        outputs: &mut [&mut [u8]],
+    ) -> Result<(), EcError> {
+        check_count("input", t.cols(), inputs.len())?;
+        check_count("output", t.rows(), outputs.len())?;
+        let len = inputs.first().map_or(0, |s| s.len());
+        check_lengths(
+            len,
+            inputs
+                .iter()
+                .map(|d| d.len())
+                .chain(outputs.iter().map(|p| p.len())),
+        )?;
+        let ins: Vec<*const u8> = inputs.iter().map(|s| s.as_ptr()).collect();
+        let outs: Vec<*mut u8> = outputs.iter_mut().map(|s| s.as_mut_ptr()).collect();
+        // SAFETY: counts and lengths checked; the &mut borrows keep outputs distinct from each
+        // other and from the shared inputs.
+        unsafe { self.run(t, &ins, &outs, len, false) };
+        Ok(())
+    }
+
+    /// The m x k matrix that turns data into parity, prepared for the engines.
+    pub fn encode_tables(&self) -> &Tables {
+        &self.encode
+    }
+
+    /// The decode matrix for an erasure pattern (`present[i]` says whether shard i survives),
+    /// with the survivors it reads and the shards it rebuilds, in that order; for coding with a
+    /// batch API such as [`crate::gpu`].
+    #[allow(clippy::type_complexity)]
+    pub fn recovery_tables(
+        &self,
+        present: &[bool],
+    ) -> Result<(Arc<Tables>, Vec<usize>, Vec<usize>), EcError> {
+        let (k, n) = (self.code.k(), self.code.n());
+        check_count("presence flag", n, present.len())?;
+        let missing = present.iter().filter(|p| !**p).count();
+        if missing > self.code.m() {
+            return Err(EcError::TooManyErasures {
+                missing,
+                m: self.code.m(),
+            });
+        }
+        let survivors: Vec<usize> = (0..n).filter(|&i| present[i]).take(k).collect();
+        let wanted: Vec<usize> = (0..n).filter(|&i| !present[i]).collect();
+        Ok((self.decode_tables(&survivors, &wanted), survivors, wanted))
+    }
+
     /// Number of decode matrices cached now.
     pub fn decode_cache_entries(&self) -> usize {
         self.decode_cache
@@ -367,6 +420,13 @@ impl Codec {
         check_count("total", self.code.n(), shards.len())?;
         let len = shards[0].len();
         check_lengths(len, shards.iter().map(|s| s.len()))?;
+        if self.engine.is_offload() {
+            // One call over whole shards: each call to an offload engine pays for transfers.
+            let mut parity = vec![vec![0u8; len]; m];
+            let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..]).collect();
+            self.encode_unchecked(&shards[..k], &mut outs, len);
+            return Ok(parity.iter().zip(&shards[k..]).all(|(a, b)| a[..] == b[..]));
+        }
         // Recompute the parity a column block at a time into a stack buffer.
         let mut scratch = [0u8; VERIFY_SCRATCH_BYTES];
         let block = (VERIFY_SCRATCH_BYTES / m / 64 * 64).max(1);
@@ -415,6 +475,17 @@ impl Codec {
             len,
             std::iter::once(new.len()).chain(parity.iter().map(|p| p.len())),
         )?;
+        if self.engine.is_offload() {
+            // One call over whole shards: each call to an offload engine pays for transfers.
+            let delta: Vec<u8> = old.iter().zip(new).map(|(a, b)| a ^ b).collect();
+            let outs: Vec<*mut u8> = parity.iter_mut().map(|p| p.as_mut_ptr()).collect();
+            // SAFETY: one input and m distinct outputs, all `len` bytes.
+            unsafe {
+                self.engine
+                    .apply(&self.deltas[index], &[delta.as_ptr()], &outs, len, true)
+            };
+            return Ok(());
+        }
         let mut delta = [0u8; BLOCK_BYTES];
         let mut off = 0;
         while off < len {
@@ -449,7 +520,12 @@ impl Codec {
     /// # Safety
     /// As `Engine::apply`.
     unsafe fn run(&self, t: &Tables, ins: &[*const u8], outs: &[*mut u8], len: usize, acc: bool) {
-        let parts = self.threads.min(len / THREAD_SPLIT_BYTES_MIN).max(1);
+        // An offload engine takes whole shards: slices would only add transfers.
+        let parts = if self.engine.is_offload() {
+            1
+        } else {
+            self.threads.min(len / THREAD_SPLIT_BYTES_MIN).max(1)
+        };
         match &self.pool {
             Some(pool) if parts > 1 => {
                 // Ranges are multiples of 64 bytes so each thread runs the vector body.

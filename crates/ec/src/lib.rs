@@ -2,7 +2,8 @@
 //!
 //! One code, many engines: the generator matrix ([`Code`], identified on disk by [`CodeId`])
 //! fixes the bytes; the [`Engine`] (scalar oracle, SSSE3, AVX2, AVX2+GFNI, AVX-512+GFNI, NEON,
-//! optional ISA-L) only decides how fast they are computed. [`Codec`] binds a code to an engine
+//! optional ISA-L, an NVIDIA GPU with the `cuda` feature) only decides how fast they are
+//! computed. [`Codec`] binds a code to an engine
 //! and a thread count and offers encode, reconstruct (any pattern of up to m missing shards),
 //! reconstruct-data-only, verify and parity delta update, all on caller-provided buffers.
 //! Shards may have any length and any alignment (no call fails for alignment);
@@ -30,11 +31,15 @@ mod code;
 mod codec;
 mod engine;
 pub mod gf;
+#[cfg(feature = "cuda")]
+pub mod gpu;
 mod pool;
 
 pub use code::{Code, CodeId, SHARDS_MAX};
 pub use codec::{Codec, DECODE_CACHE_ENTRIES_MAX};
-pub use engine::{Engine, Tables, ENGINE_ENV};
+pub use engine::{
+    gpu_description, gpu_fallbacks, gpu_unavailable_reason, Engine, Tables, ENGINE_ENV,
+};
 
 #[cfg(feature = "isal")]
 pub use engine::isal_cauchy1_matrix;
@@ -48,10 +53,14 @@ pub enum EcError {
     UnknownCode(u8),
     #[error("unknown code name {0:?} (known: cauchy, vandermonde)")]
     UnknownCodeName(String),
-    #[error("unknown engine {0:?} (known: scalar, ssse3, avx2, avx2-gfni, avx512-gfni, neon, isal, auto)")]
+    #[error("unknown engine {0:?} (known: scalar, ssse3, avx2, avx2-gfni, avx512-gfni, neon, isal, cuda, auto)")]
     UnknownEngine(String),
     #[error("engine {0} is not available on this CPU or build")]
     EngineUnavailable(&'static str),
+    #[error("engine cuda is not available: {0}")]
+    GpuUnavailable(String),
+    #[error("GPU error: {0}")]
+    Gpu(String),
     #[error("expected {expected} {what} shards, got {got}")]
     WrongShardCount {
         what: &'static str,

@@ -1,20 +1,12 @@
 //! The conformance suite every engine must pass, each engine forced in turn and compared with
 //! the scalar oracle (and with ISA-L when the `isal` feature is built).
 
+mod common;
+use common::random_shards;
 use proptest::prelude::*;
 use railstore_ec::{Code, CodeId, Codec, EcError, Engine};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-
-fn random_shards(rng: &mut ChaCha8Rng, count: usize, len: usize) -> Vec<Vec<u8>> {
-    (0..count)
-        .map(|_| {
-            let mut v = vec![0u8; len];
-            rng.fill(&mut v[..]);
-            v
-        })
-        .collect()
-}
 
 fn refs(v: &[Vec<u8>]) -> Vec<&[u8]> {
     v.iter().map(|s| &s[..]).collect()

@@ -48,3 +48,34 @@ fn bad_options_fail_with_a_message() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("k + m <= 256"), "{err}");
 }
+
+#[test]
+fn the_offload_engine_says_why_it_cannot_run() {
+    if let Some(why) = railstore_ec::gpu_unavailable_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
+            .args([
+                "ec-bench",
+                "--engine",
+                "cuda",
+                "--quick",
+                "--no-plots",
+                "--out",
+            ])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("engine cuda is not available") && err.contains(&why),
+            "{err}"
+        );
+        assert!(
+            !dir.path().join("results.json").exists(),
+            "nothing is written"
+        );
+    } else {
+        eprintln!("a GPU is here: the offload rows run (.ci/gpu-check covers them)");
+    }
+}

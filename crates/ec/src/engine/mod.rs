@@ -4,6 +4,8 @@
 use crate::gf::{self, Matrix};
 use crate::EcError;
 
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
 #[cfg(feature = "isal")]
 mod isal;
 #[cfg(target_arch = "aarch64")]
@@ -35,11 +37,13 @@ pub enum Engine {
     Neon,
     /// Intel ISA-L through FFI (cargo feature `isal`), for cross-checks and as a baseline.
     Isal,
+    /// An NVIDIA GPU through CUDA (cargo feature `cuda`): the offload coder.
+    Cuda,
 }
 
 impl Engine {
     /// Every engine, fastest-preferred last.
-    pub const ALL: [Engine; 7] = [
+    pub const ALL: [Engine; 8] = [
         Engine::Scalar,
         Engine::Ssse3,
         Engine::Avx2,
@@ -47,6 +51,7 @@ impl Engine {
         Engine::Avx512Gfni,
         Engine::Neon,
         Engine::Isal,
+        Engine::Cuda,
     ];
 
     /// The name used on the command line and in `RAILSTORE_EC_ENGINE`.
@@ -59,6 +64,7 @@ impl Engine {
             Engine::Avx512Gfni => "avx512-gfni",
             Engine::Neon => "neon",
             Engine::Isal => "isal",
+            Engine::Cuda => "cuda",
         }
     }
 
@@ -95,6 +101,7 @@ impl Engine {
             #[cfg(target_arch = "aarch64")]
             Engine::Neon => std::arch::is_aarch64_feature_detected!("neon"),
             Engine::Isal => cfg!(feature = "isal"),
+            Engine::Cuda => gpu_unavailable_reason().is_none(),
             #[allow(unreachable_patterns)]
             _ => false,
         }
@@ -135,13 +142,25 @@ impl Engine {
         .unwrap_or(Engine::Scalar)
     }
 
-    /// An error naming the engine when it cannot run here.
+    /// An error naming the engine when it cannot run here (for `cuda`, with the reason).
     pub fn check_available(self) -> Result<(), EcError> {
+        if self == Engine::Cuda {
+            return match gpu_unavailable_reason() {
+                None => Ok(()),
+                Some(why) => Err(EcError::GpuUnavailable(why)),
+            };
+        }
         if self.is_available() {
             Ok(())
         } else {
             Err(EcError::EngineUnavailable(self.name()))
         }
+    }
+
+    /// Whether the engine codes away from the CPU: each call then pays for transfers, so the
+    /// codec hands it whole shards rather than cache-sized blocks or thread slices.
+    pub fn is_offload(self) -> bool {
+        self == Engine::Cuda
     }
 
     /// `out[r] = sum_c t[r][c] * in[c]` over `len` bytes, or `out[r] ^= ...` when `accumulate`.
@@ -178,8 +197,48 @@ impl Engine {
             Engine::Neon => unsafe { neon::neon(t, inputs, outputs, len, accumulate) },
             #[cfg(feature = "isal")]
             Engine::Isal => unsafe { isal::apply(t, inputs, outputs, len, accumulate) },
+            #[cfg(feature = "cuda")]
+            Engine::Cuda => unsafe { cuda::apply(t, inputs, outputs, len, accumulate) },
             _ => unsafe { scalar::apply_range(t, inputs, outputs, 0, len, accumulate) },
         }
+    }
+}
+
+/// Why the `cuda` engine cannot run here (no GPU, no driver, a build without the feature), or
+/// `None` when it can. The first call opens the GPU and compiles the kernel.
+pub fn gpu_unavailable_reason() -> Option<String> {
+    #[cfg(feature = "cuda")]
+    {
+        cuda::gpu().err().map(str::to_string)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Some("this build has no GPU support (cargo feature `cuda`)".to_string())
+    }
+}
+
+/// The GPU the `cuda` engine uses, described (name, compute capability, memory, driver).
+pub fn gpu_description() -> Option<String> {
+    #[cfg(feature = "cuda")]
+    {
+        cuda::gpu().ok().map(|g| g.description.clone())
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        None
+    }
+}
+
+/// Calls the `cuda` engine could not complete on the GPU, which the CPU engine computed
+/// instead, with the last reason.
+pub fn gpu_fallbacks() -> (u64, Option<String>) {
+    #[cfg(feature = "cuda")]
+    {
+        cuda::fallbacks()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        (0, None)
     }
 }
 
@@ -199,9 +258,12 @@ pub struct Tables {
     /// One 8x8 bit matrix per coefficient, in the layout GF2P8AFFINEQB expects.
     affine: Vec<u64>,
     /// Per coefficient: products with 0..16 (low nibble), then with 0x00, 0x10, .. 0xF0.
-    nibbles: Vec<[u8; 32]>,
+    pub(crate) nibbles: Vec<[u8; 32]>,
     #[cfg(feature = "isal")]
     isal: Vec<u8>,
+    /// The nibble tables' copy on the GPU, made when the `cuda` engine first uses them.
+    #[cfg(feature = "cuda")]
+    pub(crate) device: cuda::DeviceTables,
 }
 
 impl Tables {
@@ -218,6 +280,8 @@ impl Tables {
             coefs,
             affine,
             nibbles,
+            #[cfg(feature = "cuda")]
+            device: Default::default(),
         }
     }
 
