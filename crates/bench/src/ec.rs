@@ -72,6 +72,13 @@ pub struct EcBenchArgs {
     /// Skip the plots.
     #[arg(long)]
     pub no_plots: bool,
+    /// Also time another coder in the same run: `klauspost` (klauspost/reedsolomon, built
+    /// with the machine's Go; skipped with the reason where Go is missing).
+    #[arg(long)]
+    pub against: Option<String>,
+    /// Pin the process (and the coders it starts) to this CPU, for single-core figures.
+    #[arg(long)]
+    pub pin: Option<usize>,
     /// User data each offload point (`cuda-kernel`, `cuda-h2h`) codes per pass: enough
     /// stripes to fill the GPU and to be several times its cache.
     #[arg(long, default_value = "256M")]
@@ -139,6 +146,32 @@ struct Group {
     m: usize,
     chunk: usize,
     threads: usize,
+}
+
+/// One measured point as the other coders (offload, klauspost) need it.
+#[derive(Clone, Copy, Debug)]
+pub struct Point {
+    pub code: CodeId,
+    pub op: Op,
+    pub k: usize,
+    pub m: usize,
+    pub chunk: usize,
+    pub repeat: usize,
+    pub min_time_s: f64,
+}
+
+impl Point {
+    fn of(plan: &Plan, g: Group) -> Point {
+        Point {
+            code: plan.code,
+            op: g.op,
+            k: g.k,
+            m: g.m,
+            chunk: g.chunk,
+            repeat: plan.repeat,
+            min_time_s: plan.min_time_s,
+        }
+    }
 }
 
 const CHUNK_MAX: usize = 64 << 20;
@@ -347,13 +380,41 @@ pub fn run(args: &EcBenchArgs) -> Result<Vec<Row>> {
             .expect("static template"),
     );
     say(&pb, table_header());
+    if let Some(cpu) = args.pin {
+        if plan.threads.iter().any(|&t| t > 1) {
+            bail!("--pin {cpu} runs on one core: use --threads 1");
+        }
+        crate::ec_klauspost::pin_to_cpu(cpu)?;
+        println!("pinned to CPU {cpu}");
+    }
+    let klauspost = match args.against.as_deref() {
+        None => None,
+        Some("klauspost") => match crate::ec_klauspost::Klauspost::build(&args.out) {
+            Ok(k) => Some(k),
+            Err(e) => {
+                println!("--against klauspost skipped: {e:#}");
+                None
+            }
+        },
+        Some(other) => bail!("--against {other:?}: the only other coder is `klauspost`"),
+    };
     let mut offload = Offload::open(&plan, args)?;
     if let Some(o) = &offload {
         say(&pb, o.describe());
     }
     let mut rows = Vec::new();
+    let mut klauspost_version: Option<String> = None;
     for g in groups {
         rows.extend(measure_group(&plan, g, &mut meter, &pb)?);
+        if let Some(kp) = klauspost.as_ref().filter(|_| g.threads == 1) {
+            let (row, version) = kp.measure(&Point::of(&plan, g), plan.seed())?;
+            if klauspost_version.is_none() {
+                say(&pb, format!("klauspost: {version}"));
+                klauspost_version = Some(version);
+            }
+            say(&pb, table_line(&row));
+            rows.push(row);
+        }
         if let Some(o) = offload.as_mut() {
             for row in o.measure(&plan, g, &mut meter)? {
                 say(&pb, table_line(&row));
@@ -436,18 +497,7 @@ impl Offload {
             let cpu_threads = plan.threads.iter().copied().max().unwrap_or(1);
             Ok(self
                 .inner
-                .measure(
-                    plan.code,
-                    g.op,
-                    g.k,
-                    g.m,
-                    g.chunk,
-                    plan.repeat,
-                    plan.min_time_s,
-                    meter,
-                    cpu_engine,
-                    cpu_threads,
-                )?
+                .measure(&Point::of(plan, g), meter, cpu_engine, cpu_threads)?
                 .map(Vec::from)
                 .unwrap_or_default())
         }
@@ -723,6 +773,7 @@ fn write_outputs(
         }
     }
     let mut summary = summary_markdown(plan, rows, counters_missing);
+    summary.push_str(&against_markdown(rows, "klauspost"));
     if let Some(g) = gpu {
         summary.push_str(&offload_markdown(g, rows));
     }
@@ -842,6 +893,50 @@ fn summary_markdown(plan: &Plan, rows: &[Row], counters_missing: Option<&str>) -
             };
             let _ = writeln!(s, "| {op} | {k} | {} | {} | {up} |", fmt(one), fmt(two));
         }
+    }
+    s
+}
+
+/// railstore's pick against another coder timed in the same run, point by point (one thread).
+fn against_markdown(rows: &[Row], other: &str) -> String {
+    let ours = Engine::detect().name();
+    let mut s = String::new();
+    let pairs: Vec<(&Row, &Row)> = rows
+        .iter()
+        .filter(|r| r.engine == other)
+        .filter_map(|o| {
+            rows.iter()
+                .find(|r| {
+                    r.engine == ours
+                        && r.threads == 1
+                        && r.op == o.op
+                        && r.k == o.k
+                        && r.m == o.m
+                        && r.chunk == o.chunk
+                })
+                .map(|r| (r, o))
+        })
+        .collect();
+    if pairs.is_empty() {
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "\n### {ours} (railstore's pick) against {other}, one thread, user-data GB/s\n\n\
+         | op | code | chunk | {ours} | {other} | ratio |\n|---|---|---|---|---|---|"
+    );
+    for (r, o) in pairs {
+        let _ = writeln!(
+            s,
+            "| {} | RS({},{}) | {} | {:.2} | {:.2} | {:.2}x |",
+            r.op,
+            r.k,
+            r.m,
+            human_bytes(r.chunk as u64),
+            r.data_gbps,
+            o.data_gbps,
+            r.data_gbps / o.data_gbps
+        );
     }
     s
 }

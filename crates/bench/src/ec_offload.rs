@@ -9,7 +9,7 @@
 //! The transfer ceilings (pinned host-to-device and device-to-host copy bandwidth) are measured
 //! once per run: `cuda-h2h` cannot beat the host-to-device one.
 
-use crate::ec::Row;
+use crate::ec::{Point, Row};
 use crate::meter::CpuMeter;
 use anyhow::{Context, Result};
 use railstore_ec::bench::Op;
@@ -133,20 +133,22 @@ impl Offload {
 
     /// Measures one point both ways; None when the chunk is not a whole number of the
     /// kernel's words.
-    #[allow(clippy::too_many_arguments)]
     pub fn measure(
         &mut self,
-        code: CodeId,
-        op: Op,
-        k: usize,
-        m: usize,
-        chunk: usize,
-        repeat: usize,
-        min_time_s: f64,
+        p: &Point,
         meter: &mut CpuMeter,
         cpu_engine: Engine,
         cpu_threads: usize,
     ) -> Result<Option<[Row; 3]>> {
+        let Point {
+            code,
+            op,
+            k,
+            m,
+            chunk,
+            repeat,
+            min_time_s,
+        } = *p;
         if !chunk.is_multiple_of(SHARD_ALIGN) {
             return Ok(None);
         }
@@ -198,8 +200,7 @@ impl Offload {
         let batch = Sample::passes(repeat, min_time_s, user, meter, || {
             cpu_batch(&cpu, &tables, input, output, chunk, stripes, cpu_threads)
         })?;
-        let row =
-            |engine: &str, s: &mut Sample| s.row(engine, code, op, k, m, chunk, stripes, repeat);
+        let row = |engine: &str, s: &mut Sample| s.row(engine, p, stripes);
         let (mut h2h, mut batch) = (h2h, batch);
         let mut cpu_row = row(&format!("{cpu_engine}-batch"), &mut batch);
         cpu_row.threads = cpu_threads;
@@ -291,18 +292,16 @@ impl Sample {
         self.secs += secs;
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn row(
-        &mut self,
-        engine: &str,
-        code: CodeId,
-        op: Op,
-        k: usize,
-        m: usize,
-        chunk: usize,
-        stripes: usize,
-        repeat: usize,
-    ) -> Row {
+    fn row(&mut self, engine: &str, p: &Point, stripes: usize) -> Row {
+        let Point {
+            code,
+            op,
+            k,
+            m,
+            chunk,
+            repeat,
+            ..
+        } = *p;
         let data_gbps = median(&mut self.rates) / 1e9;
         let (kf, mf) = (k as f64, m as f64);
         let thr_mbps = data_gbps * 1e3 * (kf + mf) / kf;

@@ -3,6 +3,7 @@
 
 pub mod device;
 pub mod ec;
+pub mod ec_klauspost;
 #[cfg(feature = "cuda")]
 pub mod ec_offload;
 pub mod kv;

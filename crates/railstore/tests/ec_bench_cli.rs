@@ -79,3 +79,67 @@ fn the_offload_engine_says_why_it_cannot_run() {
         eprintln!("a GPU is here: the offload rows run (.ci/gpu-check covers them)");
     }
 }
+
+#[test]
+fn klauspost_is_timed_in_the_same_run_where_go_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("points.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
+        .args([
+            "ec-bench", "--config", "4+2", "--chunk", "4K", "--engine", "auto",
+        ])
+        .args(["--against", "klauspost", "--pin", "0", "--repeat", "1"])
+        .args(["--min-time", "0.001", "--no-plots", "--out"])
+        .arg(dir.path())
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let go = Command::new("go").arg("version").output();
+    if !go.is_ok_and(|o| o.status.success()) {
+        assert!(
+            stdout.contains("--against klauspost skipped: Go is not installed"),
+            "{stdout}"
+        );
+        return;
+    }
+    let rows: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let theirs: Vec<&serde_json::Value> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["engine"] == "klauspost")
+        .collect();
+    assert_eq!(theirs.len(), 2, "encode and decode: {stdout}");
+    for r in theirs {
+        assert!(r["data_gbps"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+    assert!(summary.contains("against klauspost"), "{summary}");
+}
+
+#[test]
+fn pinning_refuses_several_threads() {
+    let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
+        .args([
+            "ec-bench",
+            "--quick",
+            "--threads",
+            "2",
+            "--pin",
+            "0",
+            "--no-plots",
+        ])
+        .args(["--out", "/nonexistent/never-written"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("use --threads 1"), "{err}");
+}

@@ -105,10 +105,38 @@ unsafe fn gfni512_steps<const G: usize, const U: usize>(
     let mut off = start;
     while off + step <= end {
         let mut a = [[_mm512_setzero_si512(); U]; G];
-        for (c, &inp) in inputs.iter().enumerate() {
+        // Columns two at a time: one three-way xor (VPTERNLOGQ) adds both products, a third
+        // fewer vector instructions than an xor per product.
+        let mut c = 0;
+        while c + 2 <= cols {
+            let (p0, p1) = (inputs[c], inputs[c + 1]);
+            let mut x0 = [_mm512_setzero_si512(); U];
+            let mut x1 = [_mm512_setzero_si512(); U];
+            for u in 0..U {
+                // SAFETY: off + step <= end <= len and inputs are valid for len bytes.
+                unsafe {
+                    x0[u] = _mm512_loadu_si512(p0.add(off + 64 * u).cast());
+                    x1[u] = _mm512_loadu_si512(p1.add(off + 64 * u).cast());
+                }
+            }
+            for r in 0..G {
+                let m0 = _mm512_set1_epi64(mats[r * cols + c] as i64);
+                let m1 = _mm512_set1_epi64(mats[r * cols + c + 1] as i64);
+                for u in 0..U {
+                    a[r][u] = _mm512_ternarylogic_epi64::<0x96>(
+                        a[r][u],
+                        _mm512_gf2p8affine_epi64_epi8::<0>(x0[u], m0),
+                        _mm512_gf2p8affine_epi64_epi8::<0>(x1[u], m1),
+                    );
+                }
+            }
+            c += 2;
+        }
+        if c < cols {
+            let inp = inputs[c];
             let mut x = [_mm512_setzero_si512(); U];
             for (u, xu) in x.iter_mut().enumerate() {
-                // SAFETY: off + step <= end <= len and inputs are valid for len bytes.
+                // SAFETY: as above.
                 *xu = unsafe { _mm512_loadu_si512(inp.add(off + 64 * u).cast()) };
             }
             for r in 0..G {
