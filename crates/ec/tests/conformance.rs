@@ -331,3 +331,56 @@ fn bad_input_gets_clear_errors_and_changes_nothing() {
         Err(EcError::UnknownEngine(_))
     ));
 }
+
+#[test]
+fn prepared_matrices_code_like_the_codec_and_refuse_bad_shapes() {
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let codec = Codec::new(Code::new(CodeId::CauchyRs, 5, 3).unwrap()).unwrap();
+    let data = random_shards(&mut rng, 5, 1000);
+    let mut want = vec![vec![0u8; 1000]; 3];
+    codec.encode(&refs(&data), &mut muts(&mut want)).unwrap();
+    let mut got = random_shards(&mut rng, 3, 1000);
+    codec
+        .apply_tables(codec.encode_tables(), &refs(&data), &mut muts(&mut got))
+        .unwrap();
+    assert_eq!(got, want);
+
+    // Rebuild shards 1 and 6 from the survivors the recovery matrix names.
+    let all: Vec<Vec<u8>> = data.iter().chain(&want).cloned().collect();
+    let present = [true, false, true, true, true, true, false, true];
+    let (t, survivors, wanted) = codec.recovery_tables(&present).unwrap();
+    assert_eq!(wanted, vec![1, 6]);
+    assert_eq!(survivors.len(), 5);
+    assert!(survivors.iter().all(|&i| present[i]));
+    let ins: Vec<&[u8]> = survivors.iter().map(|&i| &all[i][..]).collect();
+    let mut rebuilt = vec![vec![0u8; 1000]; 2];
+    codec
+        .apply_tables(&t, &ins, &mut muts(&mut rebuilt))
+        .unwrap();
+    assert_eq!(rebuilt[0], all[1]);
+    assert_eq!(rebuilt[1], all[6]);
+
+    let before = got.clone();
+    assert!(matches!(
+        codec.apply_tables(
+            codec.encode_tables(),
+            &refs(&data[..4]),
+            &mut muts(&mut got)
+        ),
+        Err(EcError::WrongShardCount {
+            what: "input",
+            expected: 5,
+            got: 4
+        })
+    ));
+    let mut short = vec![vec![0u8; 1000], vec![0u8; 1000], vec![0u8; 999]];
+    assert!(matches!(
+        codec.apply_tables(codec.encode_tables(), &refs(&data), &mut muts(&mut short)),
+        Err(EcError::UnequalShardLengths { .. })
+    ));
+    assert_eq!(got, before, "a refused call wrote nothing");
+    assert!(matches!(
+        codec.recovery_tables(&[false, false, false, false, true, true, true, true]),
+        Err(EcError::TooManyErasures { missing: 4, m: 3 })
+    ));
+}
