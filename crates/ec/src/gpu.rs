@@ -160,6 +160,15 @@ pub fn copy_to_host(
     stream.sync()
 }
 
+fn check_shard_len(len: usize) -> Result<(), EcError> {
+    if len == 0 || !len.is_multiple_of(SHARD_ALIGN) {
+        return Err(EcError::Gpu(format!(
+            "batched shards must be a positive multiple of {SHARD_ALIGN} bytes, not {len}"
+        )));
+    }
+    Ok(())
+}
+
 /// A coding matrix on the GPU.
 pub struct DeviceMatrix {
     tables: CudaSlice<u8>,
@@ -180,11 +189,7 @@ impl DeviceMatrix {
     }
 
     fn layout(&self, stripes: usize, len: usize) -> Result<Layout, EcError> {
-        if len == 0 || !len.is_multiple_of(SHARD_ALIGN) {
-            return Err(EcError::Gpu(format!(
-                "batched shards must be a positive multiple of {SHARD_ALIGN} bytes, not {len}"
-            )));
-        }
+        check_shard_len(len)?;
         Ok(Layout {
             pitch: len,
             in_stripe: self.cols * len,
@@ -245,11 +250,9 @@ impl HostPipeline {
         chunk_stripes: usize,
         lanes: usize,
     ) -> Result<HostPipeline, EcError> {
-        let first = Stream::new()?;
-        let matrix = DeviceMatrix::new(&first, t)?;
-        matrix.layout(1, len)?;
+        check_shard_len(len)?;
         let chunk_stripes = chunk_stripes.max(1);
-        let (i, o) = matrix.stripe_bytes(len);
+        let (i, o) = (t.cols() * len, t.rows() * len);
         let mut out = Vec::new();
         for _ in 0..lanes.max(1) {
             let s = Stream::new()?;
@@ -257,7 +260,7 @@ impl HostPipeline {
             let dout = DeviceBuffer::zeroed(&s, o * chunk_stripes)?;
             out.push((s, din, dout));
         }
-        drop(first);
+        let matrix = DeviceMatrix::new(&out[0].0, t)?;
         Ok(HostPipeline {
             matrix,
             len,
