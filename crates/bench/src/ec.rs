@@ -3,16 +3,16 @@
 //! throughput (eq. 2), CPU utilisation and cache pressure; a table, JSON, CSV, a Markdown
 //! summary and plots.
 
+pub use crate::ec_report::to_csv;
+use crate::ec_report::{write_outputs, GpuSummary};
 use crate::meter::{CpuMeter, CpuSample};
-use crate::plot::{human_bytes, parse_bytes, Chart, Series, XAxis};
+use crate::plot::{human_bytes, parse_bytes};
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use railstore_ec::bench::{DataSet, Op};
 use railstore_ec::{Code, CodeId, Codec, Engine};
 use serde::Serialize;
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Options of `railstore ec-bench`.
 #[derive(Debug, Clone, clap::Args)]
@@ -123,7 +123,7 @@ pub struct Row {
     pub cpu_s_per_s: f64,
 }
 
-struct Plan {
+pub(crate) struct Plan {
     code: CodeId,
     configs: Vec<(usize, usize)>,
     chunks: Vec<usize>,
@@ -132,8 +132,8 @@ struct Plan {
     ops: Vec<Op>,
     /// The eRails k = m sweep of the default run: 256 KiB chunks, 1 and 2 threads.
     erails: Vec<(usize, usize)>,
-    data_size: usize,
-    repeat: usize,
+    pub(crate) data_size: usize,
+    pub(crate) repeat: usize,
     min_time_s: f64,
 }
 
@@ -172,6 +172,58 @@ impl Point {
             min_time_s: plan.min_time_s,
         }
     }
+}
+
+/// What one coder measured at a point; [`Point::row`] adds the figures EC-Bench derives.
+pub struct Measurement {
+    /// User bytes per second / 1e9, median over repeats.
+    pub data_gbps: f64,
+    /// Latency of one operation: mean, p50, p99, in microseconds.
+    pub lat_us: [f64; 3],
+    pub ops: u64,
+    pub threads: usize,
+    /// User data the point cycled through.
+    pub data_size: usize,
+    pub cpu_s_per_s: f64,
+}
+
+impl Point {
+    /// The row of `engine` at this point: eq. 1 (Thr) and eq. 2 (normalized throughput) from
+    /// the measured user-data rate; no hardware counters.
+    pub fn row(&self, engine: &str, m: Measurement) -> Row {
+        let (kf, mf) = (self.k as f64, self.m as f64);
+        let thr_mbps = m.data_gbps * 1e3 * (kf + mf) / kf;
+        Row {
+            engine: engine.to_string(),
+            op: self.op.name().to_string(),
+            code: self.code.name().to_string(),
+            k: self.k,
+            m: self.m,
+            w: 8,
+            chunk: self.chunk,
+            threads: m.threads,
+            data_size: m.data_size,
+            repeats: self.repeat,
+            ops: m.ops,
+            data_gbps: m.data_gbps,
+            thr_mbps,
+            norm_thr_mbps: (kf - 1.0) * mf / (kf + mf) * thr_mbps,
+            lat_mean_us: m.lat_us[0],
+            lat_p50_us: m.lat_us[1],
+            lat_p99_us: m.lat_us[2],
+            cycles_per_s: None,
+            l1d_misses_per_s: None,
+            cpu_s_per_s: m.cpu_s_per_s,
+        }
+    }
+}
+
+/// Mean, p50 and p99 of `v` (sorted here), each times `scale`.
+pub(crate) fn latency_summary<T: Copy + Into<f64>>(v: &mut [T], scale: f64) -> [f64; 3] {
+    v.sort_by(|a, b| (*a).into().total_cmp(&(*b).into()));
+    let pct = |p: f64| v[((v.len() as f64 - 1.0) * p).round() as usize].into() * scale;
+    let mean = v.iter().map(|&x| x.into()).sum::<f64>() / v.len() as f64 * scale;
+    [mean, pct(0.5), pct(0.99)]
 }
 
 const CHUNK_MAX: usize = 64 << 20;
@@ -435,13 +487,9 @@ struct Offload {
     /// (op, k, m, chunk) already measured: the GPU has no thread count.
     #[cfg(feature = "cuda")]
     done: std::collections::HashSet<(Op, usize, usize, usize)>,
-}
-
-/// The GPU and its transfer ceilings, for the summary.
-struct GpuSummary {
-    description: String,
-    h2d_gbps: f64,
-    d2h_gbps: f64,
+    /// Without the feature there is never an `Offload`.
+    #[cfg(not(feature = "cuda"))]
+    never: std::convert::Infallible,
 }
 
 impl Offload {
@@ -479,7 +527,7 @@ impl Offload {
             )
         }
         #[cfg(not(feature = "cuda"))]
-        unreachable!("no offload without the cuda feature")
+        match self.never {}
     }
 
     fn measure(&mut self, plan: &Plan, g: Group, meter: &mut CpuMeter) -> Result<Vec<Row>> {
@@ -504,7 +552,7 @@ impl Offload {
         #[cfg(not(feature = "cuda"))]
         {
             let _ = (plan, g, meter);
-            unreachable!("no offload without the cuda feature")
+            match self.never {}
         }
     }
 
@@ -518,7 +566,7 @@ impl Offload {
             }
         }
         #[cfg(not(feature = "cuda"))]
-        unreachable!("no offload without the cuda feature")
+        match self.never {}
     }
 }
 
@@ -600,37 +648,23 @@ impl Plan {
 }
 
 fn to_row(plan: &Plan, g: Group, engine: Engine, res: &mut Measured) -> Row {
-    let data_gbps = median(&mut res.rates);
-    let (k, m) = (g.k as f64, g.m as f64);
-    let thr_mbps = data_gbps * 1e3 * (k + m) / k;
-    res.lat_ns.sort_unstable();
-    let pct = |p: f64| {
-        let i = ((res.lat_ns.len() as f64 - 1.0) * p).round() as usize;
-        res.lat_ns[i] as f64 / 1e3
-    };
     let coding_s = res.coding_ns as f64 / 1e9;
-    Row {
-        engine: engine.name().to_string(),
-        op: g.op.name().to_string(),
-        code: plan.code.name().to_string(),
-        k: g.k,
-        m: g.m,
-        w: 8,
-        chunk: g.chunk,
-        threads: g.threads,
-        data_size: plan.data_size.max(g.k * g.chunk),
-        repeats: plan.repeat,
-        ops: res.ops,
-        data_gbps,
-        thr_mbps,
-        norm_thr_mbps: (k - 1.0) * m / (k + m) * thr_mbps,
-        lat_mean_us: res.lat_ns.iter().sum::<u64>() as f64 / res.lat_ns.len() as f64 / 1e3,
-        lat_p50_us: pct(0.5),
-        lat_p99_us: pct(0.99),
-        cycles_per_s: res.cpu.cycles.map(|c| c as f64 / coding_s),
-        l1d_misses_per_s: res.cpu.l1d_misses.map(|c| c as f64 / coding_s),
-        cpu_s_per_s: res.cpu.cpu_s / coding_s,
-    }
+    // Nanosecond latencies fit an f64 exactly far beyond any benchmark's length.
+    let mut lat: Vec<f64> = res.lat_ns.iter().map(|&n| n as f64).collect();
+    let mut row = Point::of(plan, g).row(
+        engine.name(),
+        Measurement {
+            data_gbps: median(&mut res.rates),
+            lat_us: latency_summary(&mut lat, 1e-3),
+            ops: res.ops,
+            threads: g.threads,
+            data_size: plan.data_size.max(g.k * g.chunk),
+            cpu_s_per_s: res.cpu.cpu_s / coding_s,
+        },
+    );
+    row.cycles_per_s = res.cpu.cycles.map(|c| c as f64 / coding_s);
+    row.l1d_misses_per_s = res.cpu.l1d_misses.map(|c| c as f64 / coding_s);
+    row
 }
 
 /// Prints above the progress bar, or plainly when there is no terminal to draw it on.
@@ -642,7 +676,7 @@ fn say(pb: &ProgressBar, line: String) {
     }
 }
 
-fn median(v: &mut [f64]) -> f64 {
+pub(crate) fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
     if n % 2 == 1 {
@@ -692,7 +726,7 @@ fn table_line(r: &Row) -> String {
     )
 }
 
-fn machine_description() -> String {
+pub(crate) fn machine_description() -> String {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
         .lines()
@@ -711,475 +745,6 @@ fn machine_description() -> String {
         })
         .collect();
     format!("{model}, {cpus} CPUs, {}", flags.join(" "))
-}
-
-/// The CSV form of the rows: one header line, one line per row.
-pub fn to_csv(rows: &[Row]) -> String {
-    let mut s = String::from(
-        "engine,op,code,k,m,w,chunk,threads,data_size,repeats,ops,data_gbps,thr_mbps,\
-         norm_thr_mbps,lat_mean_us,lat_p50_us,lat_p99_us,cycles_per_s,l1d_misses_per_s,cpu_s_per_s\n",
-    );
-    let opt = |v: Option<f64>| v.map(|x| format!("{x:.0}")).unwrap_or_default();
-    for r in rows {
-        let _ = writeln!(
-            s,
-            "{},{},{},{},{},{},{},{},{},{},{},{:.4},{:.2},{:.2},{:.3},{:.3},{:.3},{},{},{:.4}",
-            r.engine,
-            r.op,
-            r.code,
-            r.k,
-            r.m,
-            r.w,
-            r.chunk,
-            r.threads,
-            r.data_size,
-            r.repeats,
-            r.ops,
-            r.data_gbps,
-            r.thr_mbps,
-            r.norm_thr_mbps,
-            r.lat_mean_us,
-            r.lat_p50_us,
-            r.lat_p99_us,
-            opt(r.cycles_per_s),
-            opt(r.l1d_misses_per_s),
-            r.cpu_s_per_s
-        );
-    }
-    s
-}
-
-fn write_outputs(
-    args: &EcBenchArgs,
-    plan: &Plan,
-    rows: &[Row],
-    counters_missing: Option<&str>,
-    gpu: Option<&GpuSummary>,
-) -> Result<()> {
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
-    let json = serde_json::to_string_pretty(rows)?;
-    let csv = to_csv(rows);
-    let mut written = Vec::new();
-    for (path, body) in [
-        (Some(args.out.join("results.json")), &json),
-        (args.json.clone(), &json),
-        (Some(args.out.join("results.csv")), &csv),
-        (args.csv.clone(), &csv),
-    ] {
-        if let Some(p) = path {
-            std::fs::write(&p, body).with_context(|| format!("writing {}", p.display()))?;
-            written.push(p);
-        }
-    }
-    let mut summary = summary_markdown(plan, rows, counters_missing);
-    summary.push_str(&against_markdown(rows, "klauspost"));
-    if let Some(g) = gpu {
-        summary.push_str(&offload_markdown(g, rows));
-    }
-    let summary_path = args.out.join("summary.md");
-    std::fs::write(&summary_path, &summary)?;
-    written.push(summary_path);
-    println!("\n{summary}");
-    if !args.no_plots {
-        match plots(rows, &args.out) {
-            Ok(files) => written.extend(files),
-            Err(e) => println!("plots skipped: {e:#}"),
-        }
-    }
-    println!("wrote:");
-    for p in written {
-        println!("  {}", p.display());
-    }
-    Ok(())
-}
-
-/// Markdown: the command, the machine, railstore's pick, its ratios to ISA-L and the k = m sweep.
-fn summary_markdown(plan: &Plan, rows: &[Row], counters_missing: Option<&str>) -> String {
-    let mut s = String::new();
-    let cmd: Vec<String> = std::env::args().collect();
-    let _ = writeln!(s, "## ec-bench results\n");
-    let _ = writeln!(s, "- command: `{}`", cmd.join(" "));
-    let _ = writeln!(s, "- machine: {}", machine_description());
-    let _ = writeln!(
-        s,
-        "- data set D = {} per point (at least one block), {} repeats, medians reported",
-        human_bytes(plan.data_size as u64),
-        plan.repeat
-    );
-    if let Some(why) = counters_missing {
-        let _ = writeln!(s, "- hardware counters unavailable: {why}");
-    }
-    let best = Engine::detect().name();
-    let by_key = |engine: &str| -> BTreeMap<(String, usize, usize, usize, usize), f64> {
-        rows.iter()
-            .filter(|r| r.engine == engine)
-            .map(|r| ((r.op.clone(), r.k, r.m, r.chunk, r.threads), r.data_gbps))
-            .collect()
-    };
-    let ours = by_key(best);
-    let isal = by_key("isal");
-    if !isal.is_empty() && !ours.is_empty() {
-        let _ = writeln!(
-            s,
-            "\n### {best} (railstore's pick) against ISA-L, user-data GB/s\n\n\
-             | op | code | chunk | threads | {best} | isal | ratio |\n|---|---|---|---|---|---|---|"
-        );
-        for (key, g) in &ours {
-            if let Some(i) = isal.get(key) {
-                let _ = writeln!(
-                    s,
-                    "| {} | RS({},{}) | {} | {} | {:.2} | {:.2} | {:.2}x |",
-                    key.0,
-                    key.1,
-                    key.2,
-                    human_bytes(key.3 as u64),
-                    key.4,
-                    g,
-                    i,
-                    g / i
-                );
-            }
-        }
-    }
-    let picked: Vec<&Row> = rows.iter().filter(|r| r.engine == best).collect();
-    if !picked.is_empty() {
-        let _ = writeln!(
-            s,
-            "\n### {best} (railstore's pick)\n\n\
-             | op | code | chunk | threads | GB/s | Thr MB/s | norm MB/s | p50 us | p99 us |\n\
-             |---|---|---|---|---|---|---|---|---|"
-        );
-        for r in picked {
-            let _ = writeln!(
-                s,
-                "| {} | RS({},{}) | {} | {} | {:.2} | {:.0} | {:.0} | {:.2} | {:.2} |",
-                r.op,
-                r.k,
-                r.m,
-                human_bytes(r.chunk as u64),
-                r.threads,
-                r.data_gbps,
-                r.thr_mbps,
-                r.norm_thr_mbps,
-                r.lat_p50_us,
-                r.lat_p99_us
-            );
-        }
-    }
-    let km: Vec<&Row> = rows
-        .iter()
-        .filter(|r| r.k == r.m && r.chunk == 256 << 10 && r.engine == best)
-        .collect();
-    if !km.is_empty() {
-        let _ = writeln!(
-            s,
-            "\n### eRails k = m sweep, 256 KiB chunks, {best}, user-data GB/s\n\n\
-             | op | k = m | 1 thread | 2 threads | speed-up |\n|---|---|---|---|---|"
-        );
-        let mut seen = BTreeMap::new();
-        for r in &km {
-            seen.entry((r.op.clone(), r.k))
-                .or_insert_with(BTreeMap::new)
-                .insert(r.threads, r.data_gbps);
-        }
-        for ((op, k), t) in seen {
-            let one = t.get(&1).copied();
-            let two = t.get(&2).copied();
-            let fmt = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.2}"));
-            let up = match (one, two) {
-                (Some(a), Some(b)) => format!("{:.2}x", b / a),
-                _ => "-".into(),
-            };
-            let _ = writeln!(s, "| {op} | {k} | {} | {} | {up} |", fmt(one), fmt(two));
-        }
-    }
-    s
-}
-
-/// railstore's pick against another coder timed in the same run, point by point (one thread).
-fn against_markdown(rows: &[Row], other: &str) -> String {
-    let ours = Engine::detect().name();
-    let mut s = String::new();
-    let pairs: Vec<(&Row, &Row)> = rows
-        .iter()
-        .filter(|r| r.engine == other)
-        .filter_map(|o| {
-            rows.iter()
-                .find(|r| {
-                    r.engine == ours
-                        && r.threads == 1
-                        && r.op == o.op
-                        && r.k == o.k
-                        && r.m == o.m
-                        && r.chunk == o.chunk
-                })
-                .map(|r| (r, o))
-        })
-        .collect();
-    if pairs.is_empty() {
-        return s;
-    }
-    let _ = writeln!(
-        s,
-        "\n### {ours} (railstore's pick) against {other}, one thread, user-data GB/s\n\n\
-         | op | code | chunk | {ours} | {other} | ratio |\n|---|---|---|---|---|---|"
-    );
-    for (r, o) in pairs {
-        let _ = writeln!(
-            s,
-            "| {} | RS({},{}) | {} | {:.2} | {:.2} | {:.2}x |",
-            r.op,
-            r.k,
-            r.m,
-            human_bytes(r.chunk as u64),
-            r.data_gbps,
-            o.data_gbps,
-            r.data_gbps / o.data_gbps
-        );
-    }
-    s
-}
-
-/// The offload section: each GPU row beside the CPU engine coding the same batch on every core
-/// (like for like: same data set, same layout, data in host memory), and where offload wins.
-fn offload_markdown(g: &GpuSummary, rows: &[Row]) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "\n### Offload coder (cuda) against the CPU engines of this run\n\n\
-         - GPU: {}\n- pinned copy ceilings: host-to-device {:.1} GB/s, device-to-host {:.1} GB/s\n\
-         - `cuda-kernel`: data on the GPU, kernels only; `cuda-h2h`: host to host through \
-         pinned memory, pipelined over streams; `*-batch`: the CPU engine coding the same batch \
-         in host memory on every core, whole stripes per thread; `cuda` (table above): one \
-         stripe per call through the codec\n",
-        g.description, g.h2d_gbps, g.d2h_gbps
-    );
-    let _ = writeln!(
-        s,
-        "| op | code | chunk | batch | kernel GB/s | h2h GB/s | h2h / H2D | host CPU s per GB \
-         (h2h) | CPU batch GB/s (engine x threads) | CPU s per GB (CPU batch) | h2h / CPU | \
-         kernel / CPU |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
-    );
-    let same = |r: &Row, h: &Row| r.op == h.op && r.k == h.k && r.m == h.m && r.chunk == h.chunk;
-    // Per (op, k, m): the chunks at which host-to-host, and device-resident, coding win.
-    type Wins = (Vec<usize>, Vec<usize>);
-    let mut wins: BTreeMap<(String, usize, usize), Wins> = BTreeMap::new();
-    for h in rows.iter().filter(|r| r.engine == "cuda-h2h") {
-        let kernel = rows
-            .iter()
-            .find(|r| r.engine == "cuda-kernel" && same(r, h));
-        let cpu = rows
-            .iter()
-            .find(|r| r.engine.ends_with("-batch") && same(r, h));
-        let (Some(kernel), Some(cpu)) = (kernel, cpu) else {
-            continue;
-        };
-        let w = wins.entry((h.op.clone(), h.k, h.m)).or_default();
-        if h.data_gbps > cpu.data_gbps {
-            w.0.push(h.chunk);
-        }
-        if kernel.data_gbps > cpu.data_gbps {
-            w.1.push(h.chunk);
-        }
-        let _ = writeln!(
-            s,
-            "| {} | RS({},{}) | {} | {} | {:.1} | {:.1} | {:.0}% | {:.3} | {:.1} ({} x{}) | {:.3} | \
-             {:.2}x | {:.1}x |",
-            h.op,
-            h.k,
-            h.m,
-            human_bytes(h.chunk as u64),
-            human_bytes(h.data_size as u64),
-            kernel.data_gbps,
-            h.data_gbps,
-            100.0 * h.data_gbps / g.h2d_gbps,
-            h.cpu_s_per_s / h.data_gbps.max(1e-9),
-            cpu.data_gbps,
-            cpu.engine.trim_end_matches("-batch"),
-            cpu.threads,
-            cpu.cpu_s_per_s / cpu.data_gbps.max(1e-9),
-            h.data_gbps / cpu.data_gbps,
-            kernel.data_gbps / cpu.data_gbps
-        );
-    }
-    let list = |v: &[usize]| {
-        if v.is_empty() {
-            "none in this sweep".to_string()
-        } else {
-            v.iter()
-                .map(|&c| human_bytes(c as u64))
-                .collect::<Vec<_>>()
-                .join(", ")
-        }
-    };
-    let _ = writeln!(
-        s,
-        "\nCrossover: the chunk sizes at which the GPU beats every CPU core on the same batch\n"
-    );
-    for ((op, k, m), (h2h, kernel)) in wins {
-        let _ = writeln!(
-            s,
-            "- {op} RS({k},{m}): host to host at {}; data already on the GPU at {}",
-            list(&h2h),
-            list(&kernel)
-        );
-    }
-    s
-}
-
-fn plots(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut files = Vec::new();
-    let engines: Vec<String> = {
-        let mut e: Vec<String> = rows.iter().map(|r| r.engine.clone()).collect();
-        e.dedup();
-        e.sort();
-        e.dedup();
-        e
-    };
-    // One line per engine and thread count (the CPU engines threaded over every core are what
-    // an offload coder must beat).
-    let lines: Vec<(String, usize)> = {
-        let mut l: Vec<(String, usize)> = rows
-            .iter()
-            .filter(|r| r.k != r.m || r.chunk != 256 << 10)
-            .map(|r| (r.engine.clone(), r.threads))
-            .collect();
-        l.sort();
-        l.dedup();
-        l
-    };
-    let line_name = |e: &str, t: usize| {
-        if t == 1 {
-            e.to_string()
-        } else {
-            format!("{e} x{t}")
-        }
-    };
-    let configs: Vec<(usize, usize)> = {
-        let mut c: Vec<(usize, usize)> = rows
-            .iter()
-            .filter(|r| r.k != r.m || r.chunk != 256 << 10)
-            .map(|r| (r.k, r.m))
-            .collect();
-        c.sort();
-        c.dedup();
-        c
-    };
-    for op in ["encode", "decode"] {
-        // EC-Bench Fig. 2-5: throughput against chunk size, one chart per configuration.
-        for &(k, m) in &configs {
-            let series: Vec<Series> = lines
-                .iter()
-                .map(|(e, t)| Series {
-                    name: line_name(e, *t),
-                    points: rows
-                        .iter()
-                        .filter(|r| {
-                            r.op == op && r.k == k && r.m == m && r.engine == *e && r.threads == *t
-                        })
-                        .map(|r| (r.chunk as f64, r.data_gbps))
-                        .collect(),
-                })
-                .filter(|s| s.points.len() > 1)
-                .collect();
-            if series.is_empty() {
-                continue;
-            }
-            let title = format!("{op} RS({k},{m}): user-data throughput against chunk size");
-            files.extend(
-                Chart {
-                    title: &title,
-                    x_label: "chunk size",
-                    y_label: "GB/s of user data",
-                    x_axis: XAxis::Bytes,
-                    series,
-                }
-                .write(dir, &format!("{op}-rs{k}-{m}-chunk"))?,
-            );
-        }
-        // EC-Bench Fig. 6: normalized throughput per configuration (best chunk per engine).
-        let labels: Vec<String> = configs
-            .iter()
-            .map(|(k, m)| format!("RS({k},{m})"))
-            .collect();
-        let series: Vec<Series> = lines
-            .iter()
-            .map(|(e, t)| Series {
-                name: line_name(e, *t),
-                points: configs
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, &(k, m))| {
-                        rows.iter()
-                            .filter(|r| {
-                                r.op == op
-                                    && r.k == k
-                                    && r.m == m
-                                    && r.engine == *e
-                                    && r.threads == *t
-                            })
-                            .map(|r| r.norm_thr_mbps)
-                            .reduce(f64::max)
-                            .map(|v| (i as f64, v))
-                    })
-                    .collect(),
-            })
-            .filter(|s| !s.points.is_empty())
-            .collect();
-        if configs.len() > 1 && !series.is_empty() {
-            let title = format!("{op}: normalized throughput per configuration (best chunk)");
-            files.extend(
-                Chart {
-                    title: &title,
-                    x_label: "configuration",
-                    y_label: "normalized throughput, MB/s",
-                    x_axis: XAxis::Categories(labels),
-                    series,
-                }
-                .write(dir, &format!("{op}-normalized"))?,
-            );
-        }
-        // eRails Fig. 4 and 5: k = m sweep against k, per engine and per thread count.
-        let km = |r: &&Row| r.op == op && r.k == r.m && r.chunk == 256 << 10;
-        let mut series: Vec<Series> = Vec::new();
-        for e in &engines {
-            let mut threads: Vec<usize> = rows
-                .iter()
-                .filter(km)
-                .filter(|r| r.engine == *e)
-                .map(|r| r.threads)
-                .collect();
-            threads.sort();
-            threads.dedup();
-            for t in threads {
-                series.push(Series {
-                    name: format!("{e}, {t} thread{}", if t == 1 { "" } else { "s" }),
-                    points: rows
-                        .iter()
-                        .filter(km)
-                        .filter(|r| r.engine == *e && r.threads == t)
-                        .map(|r| (r.k as f64, r.data_gbps))
-                        .collect(),
-                });
-            }
-        }
-        series.retain(|s| s.points.len() > 1);
-        if !series.is_empty() {
-            let title = format!("{op} RS(k,k), 256 KiB chunks: throughput against k and threads");
-            files.extend(
-                Chart {
-                    title: &title,
-                    x_label: "k = m",
-                    y_label: "GB/s of user data",
-                    x_axis: XAxis::Linear,
-                    series,
-                }
-                .write(dir, &format!("{op}-k-equals-m"))?,
-            );
-        }
-    }
-    Ok(files)
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! beside this file, embedded here) is built on first use with the machine's Go, which fetches
 //! the module from the Go module proxy; without Go the comparison is skipped with the reason.
 
-use crate::ec::{Point, Row};
+use crate::ec::{median, Measurement, Point, Row};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -60,22 +60,14 @@ impl Klauspost {
     /// One point: klauspost's Cauchy code (the same matrix family as railstore's default) with
     /// one goroutine, one stripe in cache.
     pub fn measure(&self, p: &Point, seed: u64) -> Result<(Row, String)> {
-        let Point {
-            code,
-            op,
-            k,
-            m,
-            chunk,
-            repeat,
-            min_time_s,
-        } = *p;
+        let (k, m, chunk) = (p.k, p.m, p.chunk);
         let out = Command::new(&self.binary)
             .args(["-k", &k.to_string(), "-m", &m.to_string()])
-            .args(["-chunk", &chunk.to_string(), "-op", op.name()])
-            .args(["-repeat", &repeat.to_string()])
+            .args(["-chunk", &chunk.to_string(), "-op", p.op.name()])
+            .args(["-repeat", &p.repeat.to_string()])
             .args([
                 "-min-time",
-                &min_time_s.to_string(),
+                &p.min_time_s.to_string(),
                 "-seed",
                 &seed.to_string(),
             ])
@@ -90,32 +82,18 @@ impl Klauspost {
         let o: Output = serde_json::from_slice(&out.stdout)
             .context("reading the klauspost program's output")?;
         let mut rates = o.rates_gbps;
-        rates.sort_by(|a, b| a.total_cmp(b));
-        let data_gbps = rates[rates.len() / 2];
-        let (kf, mf) = (k as f64, m as f64);
-        let thr_mbps = data_gbps * 1e3 * (kf + mf) / kf;
-        let row = Row {
-            engine: "klauspost".to_string(),
-            op: op.name().to_string(),
-            code: code.name().to_string(),
-            k,
-            m,
-            w: 8,
-            chunk,
-            threads: 1,
-            data_size: k * chunk,
-            repeats: repeat,
-            ops: o.ops,
-            data_gbps,
-            thr_mbps,
-            norm_thr_mbps: (kf - 1.0) * mf / (kf + mf) * thr_mbps,
-            lat_mean_us: o.lat_ns_mean_p50_p99[0] / 1e3,
-            lat_p50_us: o.lat_ns_mean_p50_p99[1] / 1e3,
-            lat_p99_us: o.lat_ns_mean_p50_p99[2] / 1e3,
-            cycles_per_s: None,
-            l1d_misses_per_s: None,
-            cpu_s_per_s: o.cpu_s / o.coding_s.max(1e-9),
-        };
+        let data_gbps = median(&mut rates);
+        let row = p.row(
+            "klauspost",
+            Measurement {
+                data_gbps,
+                lat_us: o.lat_ns_mean_p50_p99.map(|ns| ns / 1e3),
+                ops: o.ops,
+                threads: 1,
+                data_size: k * chunk,
+                cpu_s_per_s: o.cpu_s / o.coding_s.max(1e-9),
+            },
+        );
         Ok((row, o.version))
     }
 }

@@ -9,7 +9,7 @@
 //! The transfer ceilings (pinned host-to-device and device-to-host copy bandwidth) are measured
 //! once per run: `cuda-h2h` cannot beat the host-to-device one.
 
-use crate::ec::{Point, Row};
+use crate::ec::{latency_summary, median, Measurement, Point, Row};
 use crate::meter::CpuMeter;
 use anyhow::{Context, Result};
 use railstore_ec::bench::Op;
@@ -56,11 +56,6 @@ fn fill(buf: &mut [u8], seed: u64) {
         x ^= x << 17;
         chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
     }
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 impl Offload {
@@ -293,44 +288,16 @@ impl Sample {
     }
 
     fn row(&mut self, engine: &str, p: &Point, stripes: usize) -> Row {
-        let Point {
-            code,
-            op,
-            k,
-            m,
-            chunk,
-            repeat,
-            ..
-        } = *p;
-        let data_gbps = median(&mut self.rates) / 1e9;
-        let (kf, mf) = (k as f64, m as f64);
-        let thr_mbps = data_gbps * 1e3 * (kf + mf) / kf;
-        self.lat_s.sort_by(|a, b| a.total_cmp(b));
-        let pct = |p: f64| {
-            let i = ((self.lat_s.len() as f64 - 1.0) * p).round() as usize;
-            self.lat_s[i] * 1e6
-        };
-        Row {
-            engine: engine.to_string(),
-            op: op.name().to_string(),
-            code: code.name().to_string(),
-            k,
-            m,
-            w: 8,
-            chunk,
-            threads: 1,
-            data_size: k * chunk * stripes,
-            repeats: repeat,
-            ops: self.ops,
-            data_gbps,
-            thr_mbps,
-            norm_thr_mbps: (kf - 1.0) * mf / (kf + mf) * thr_mbps,
-            lat_mean_us: self.lat_s.iter().sum::<f64>() / self.lat_s.len() as f64 * 1e6,
-            lat_p50_us: pct(0.5),
-            lat_p99_us: pct(0.99),
-            cycles_per_s: None,
-            l1d_misses_per_s: None,
-            cpu_s_per_s: self.cpu_s / self.secs.max(1e-9),
-        }
+        p.row(
+            engine,
+            Measurement {
+                data_gbps: median(&mut self.rates) / 1e9,
+                lat_us: latency_summary(&mut self.lat_s, 1e6),
+                ops: self.ops,
+                threads: 1,
+                data_size: p.k * p.chunk * stripes,
+                cpu_s_per_s: self.cpu_s / self.secs.max(1e-9),
+            },
+        )
     }
 }

@@ -6,6 +6,7 @@ pub mod ec;
 pub mod ec_klauspost;
 #[cfg(feature = "cuda")]
 pub mod ec_offload;
+mod ec_report;
 pub mod kv;
 pub mod meter;
 pub mod mixed;
