@@ -37,8 +37,9 @@ use railstore_device::{
     CompactionPolicy, Device, FileConfig, FileDevice, Limits, MemConfig, MemDevice, MeteredDevice,
     OpKind, ReadRange, SimConfig, SimDevice, StoreMode,
 };
+use railstore_ec::{Engine, Offload};
 use railstore_redundancy::{
-    Manager, ManagerConfig, Mechanism, Policy, RepairOptions, RepairProgress,
+    EcEngines, Manager, ManagerConfig, Mechanism, Policy, RepairOptions, RepairProgress,
 };
 use railstore_store::array::{assemble, pass_through};
 use rand::{Rng, SeedableRng};
@@ -95,6 +96,16 @@ pub struct KvBenchArgs {
     /// Manager configuration (TOML, see `docs/redundancy.md`) for `--mechanism hybrid`.
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Erasure-coding engines to compare, a comma list: `auto` (the store's default: the
+    /// fastest CPU engine here), a CPU engine (`avx512-gfni`, `avx2`, `scalar`, ...), or `cuda`:
+    /// the GPU codes shards of `--ec-offload-min-bytes` or more and the CPU engine the rest
+    /// (the store's `ec_offload`). Each mechanism runs once per engine; with more than one, its
+    /// rows are named `MECHANISM@ENGINE`.
+    #[arg(long, value_delimiter = ',', default_value = "auto")]
+    pub ec_engine: Vec<String>,
+    /// Shard length from which `--ec-engine cuda` sends a call to the GPU.
+    #[arg(long, default_value = "256KiB")]
+    pub ec_offload_min_bytes: String,
     /// Device backend.
     #[arg(long, value_enum, default_value = "file")]
     pub backend: Backend,
@@ -175,6 +186,8 @@ impl Default for KvBenchArgs {
                 "pack4+2".into(),
             ],
             config: None,
+            ec_engine: vec!["auto".into()],
+            ec_offload_min_bytes: "256KiB".into(),
             backend: Backend::File,
             devices: 6,
             path: None,
@@ -218,6 +231,11 @@ pub struct KvRow {
     pub qd: usize,
     /// tokio worker threads.
     pub threads: usize,
+    /// The erasure-coding engines (`avx512-gfni`, or `avx512-gfni, cuda from 262144 B`);
+    /// `null` for the raw baseline.
+    pub ec_engine: Option<String>,
+    /// Coding calls the GPU completed during the phase.
+    pub gpu_calls: u64,
     /// Live objects at the end of the phase.
     pub objects: u64,
     /// Operations completed.
@@ -297,6 +315,79 @@ pub struct KvRow {
 struct Scheme {
     name: String,
     config: Option<ManagerConfig>,
+}
+
+/// Parses `--ec-engine` into (label, engines); an engine that cannot run here is an error
+/// before anything runs.
+fn ec_engine_choices(list: &[String], offload_min: &str) -> Result<Vec<(String, EcEngines)>> {
+    let min = parse_bytes(offload_min).context("--ec-offload-min-bytes")? as usize;
+    let mut out: Vec<(String, EcEngines)> = Vec::new();
+    for label in list.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        if out.iter().any(|(l, _)| l == label) {
+            continue;
+        }
+        let engine = Engine::from_name(label).map_err(|e| anyhow!("--ec-engine: {e}"))?;
+        let ec = if label == "auto" {
+            EcEngines::default()
+        } else if engine.is_offload() {
+            EcEngines {
+                engine: None,
+                offload: Some(Offload {
+                    engine,
+                    min_shard_bytes: min,
+                }),
+            }
+        } else {
+            EcEngines {
+                engine: Some(engine),
+                offload: None,
+            }
+        };
+        engine
+            .check_available()
+            .map_err(|e| anyhow!("--ec-engine {label}: {e}"))?;
+        out.push((label.to_string(), ec));
+    }
+    ensure!(!out.is_empty(), "--ec-engine names no engine");
+    Ok(out)
+}
+
+/// What the engines of `ec` are, for the rows.
+fn describe_engines(ec: &EcEngines) -> String {
+    let cpu = match ec.engine {
+        Some(e) => e,
+        None => Engine::auto().unwrap_or_else(|_| Engine::detect()),
+    };
+    match ec.offload {
+        Some(o) => format!("{cpu}, {} from {} B", o.engine, o.min_shard_bytes),
+        None => cpu.to_string(),
+    }
+}
+
+/// Each manager scheme once per engine choice (named `MECH@ENGINE` when there are several).
+fn by_engine(schemes: Vec<Scheme>, engines: &[(String, EcEngines)]) -> Vec<Scheme> {
+    let mut out = Vec::new();
+    for s in schemes {
+        let Some(config) = &s.config else {
+            out.push(s);
+            continue;
+        };
+        for (label, ec) in engines {
+            let name = if engines.len() == 1 && label == "auto" {
+                s.name.clone()
+            } else {
+                format!("{}@{label}", s.name)
+            };
+            out.push(Scheme {
+                name,
+                config: Some(ManagerConfig {
+                    ec: *ec,
+                    ..config.clone()
+                }),
+            });
+        }
+    }
+    out
 }
 
 /// Parses `--mechanism` into schemes; checks each fits the array before anything runs.
@@ -427,13 +518,15 @@ fn kv_plan(args: &KvBenchArgs) -> Result<KvPlan> {
     } else {
         1
     };
-    let mut schemes = schemes(
+    let schemes = schemes(
         &args.mechanism,
         args.config.as_deref(),
         args.pack_wait_ms,
         args.devices,
         dilation,
     )?;
+    let engines = ec_engine_choices(&args.ec_engine, &args.ec_offload_min_bytes)?;
+    let mut schemes = by_engine(schemes, &engines);
     // The baseline first: every other row is a percentage of it.
     match schemes.iter().position(|s| s.config.is_none()) {
         Some(0) => {}
@@ -631,10 +724,12 @@ async fn measure_scheme(
         let b = bar(args.quiet, len, &format!("{} {phase}", scheme.name));
         let dev0 = DevTotals::of(&array.metered);
         let (dec0, rep0) = ctx.target.counters();
+        let gpu0 = railstore_ec::gpu_calls();
         let use0 = Usage::now();
         let (w, tally, elapsed) = run_phase(&ctx, workers, p, duration, &b).await?;
         let use1 = Usage::now();
         let (dec1, rep1) = ctx.target.counters();
+        let gpu_calls = railstore_ec::gpu_calls() - gpu0;
         let dev = DevTotals::of(&array.metered).since(&dev0);
         b.finish_and_clear();
         workers = w;
@@ -658,6 +753,8 @@ async fn measure_scheme(
             } else {
                 args.threads.max(1)
             },
+            ec_engine: scheme.config.as_ref().map(|c| describe_engines(&c.ec)),
+            gpu_calls,
             objects: workers.iter().map(|w| w.live.len() as u64).sum(),
             ops,
             elapsed_s: elapsed,
@@ -806,6 +903,55 @@ mod tests {
         .err()
         .unwrap();
         assert!(e.to_string().contains("14 devices"), "{e}");
+    }
+
+    #[test]
+    fn each_mechanism_runs_once_per_ec_engine() {
+        let plan = kv_plan(&KvBenchArgs {
+            mechanism: vec!["rep3,split4+2".into()],
+            ec_engine: vec!["auto".into(), "scalar".into()],
+            ..Default::default()
+        })
+        .unwrap();
+        let names: Vec<&str> = plan.schemes.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "none",
+                "rep3@auto",
+                "rep3@scalar",
+                "split4+2@auto",
+                "split4+2@scalar"
+            ]
+        );
+        let scalar = plan.schemes[4].config.as_ref().unwrap();
+        assert_eq!(scalar.ec.engine, Some(Engine::Scalar));
+        assert_eq!(describe_engines(&scalar.ec), "scalar");
+        let e = kv_plan(&KvBenchArgs {
+            ec_engine: vec!["warp".into()],
+            ..Default::default()
+        })
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("unknown engine \"warp\""), "{e}");
+        let cuda = kv_plan(&KvBenchArgs {
+            mechanism: vec!["split4+2".into()],
+            ec_engine: vec!["cuda".into()],
+            ec_offload_min_bytes: "64KiB".into(),
+            ..Default::default()
+        });
+        match railstore_ec::gpu_unavailable_reason() {
+            Some(why) => {
+                let e = cuda.err().unwrap().to_string();
+                assert!(e.contains("--ec-engine cuda") && e.contains(&why), "{e}");
+            }
+            None => {
+                let plan = cuda.unwrap();
+                let ec = plan.schemes[1].config.as_ref().unwrap().ec;
+                assert_eq!(ec.offload.unwrap().min_shard_bytes, 64 << 10);
+                assert_eq!(plan.schemes[1].name, "split4+2@cuda");
+            }
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@ use crate::code::{Code, SHARDS_MAX};
 use crate::engine::{Engine, Tables};
 use crate::gf::Matrix;
 use crate::pool::Pool;
+use crate::shard_buf::ShardBuf;
 use crate::EcError;
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
@@ -131,10 +132,19 @@ impl<P: Copy, const CAP: usize> PtrList<P, CAP> {
     }
 }
 
+/// Large calls handed to an offload engine: shards at least `min_shard_bytes` long go there,
+/// smaller ones stay on the codec's CPU engine, where a call costs less than a transfer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Offload {
+    pub engine: Engine,
+    pub min_shard_bytes: usize,
+}
+
 /// A code, an engine and a thread pool: encode, reconstruct, verify and update parity.
 pub struct Codec {
     code: Code,
     engine: Engine,
+    offload: Option<Offload>,
     /// m x k: parity from data.
     encode: Tables,
     /// Per data shard, m x 1: its column of the parity matrix, for delta updates.
@@ -152,6 +162,7 @@ impl std::fmt::Debug for Codec {
             .field("k", &self.code.k())
             .field("m", &self.code.m())
             .field("engine", &self.engine)
+            .field("offload", &self.offload)
             .field("threads", &self.threads)
             .finish()
     }
@@ -177,6 +188,7 @@ impl Codec {
         Ok(Codec {
             code,
             engine,
+            offload: None,
             encode,
             deltas,
             decode_cache: Mutex::new(HashMap::default()),
@@ -200,12 +212,50 @@ impl Codec {
         Ok(self)
     }
 
+    /// Sends calls on shards of at least `min_shard_bytes` to `engine`, an offload engine; an
+    /// error if it cannot run here or does not code away from the CPU.
+    pub fn with_offload(
+        mut self,
+        engine: Engine,
+        min_shard_bytes: usize,
+    ) -> Result<Codec, EcError> {
+        engine.check_available()?;
+        if !engine.is_offload() {
+            return Err(EcError::NotOffload(engine.name()));
+        }
+        self.offload = Some(Offload {
+            engine,
+            min_shard_bytes,
+        });
+        Ok(self)
+    }
+
     pub fn code(&self) -> &Code {
         &self.code
     }
 
+    /// The engine of calls not offloaded.
     pub fn engine(&self) -> Engine {
         self.engine
+    }
+
+    pub fn offload(&self) -> Option<Offload> {
+        self.offload
+    }
+
+    /// `count` zeroed shards of `len` bytes to code with this codec: page-locked when its calls
+    /// on shards of that length go to the GPU, so they are copied without staging.
+    pub fn shard_buffers(&self, count: usize, len: usize) -> Vec<ShardBuf> {
+        let pinned = self.engine_for(len).is_offload();
+        (0..count).map(|_| ShardBuf::zeroed(len, pinned)).collect()
+    }
+
+    /// The engine that codes shards of `len` bytes.
+    pub fn engine_for(&self, len: usize) -> Engine {
+        match self.offload {
+            Some(o) if len >= o.min_shard_bytes => o.engine,
+            _ => self.engine,
+        }
     }
 
     pub fn threads(&self) -> usize {
@@ -420,7 +470,8 @@ impl Codec {
         check_count("total", self.code.n(), shards.len())?;
         let len = shards[0].len();
         check_lengths(len, shards.iter().map(|s| s.len()))?;
-        if self.engine.is_offload() {
+        let engine = self.engine_for(len);
+        if engine.is_offload() {
             // One call over whole shards: each call to an offload engine pays for transfers.
             let mut parity = vec![vec![0u8; len]; m];
             let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..]).collect();
@@ -442,10 +493,7 @@ impl Codec {
                 .for_each(|s| outs.push(s.as_mut_ptr()));
             // SAFETY: inputs hold at least n bytes past `off`; outputs are disjoint n-byte
             // pieces of `scratch` (m * n <= VERIFY_SCRATCH_BYTES).
-            unsafe {
-                self.engine
-                    .apply(&self.encode, ins.as_slice(), outs.as_slice(), n, false)
-            };
+            unsafe { engine.apply(&self.encode, ins.as_slice(), outs.as_slice(), n, false) };
             for r in 0..m {
                 if scratch[r * n..(r + 1) * n] != shards[k + r][off..off + n] {
                     return Ok(false);
@@ -475,15 +523,13 @@ impl Codec {
             len,
             std::iter::once(new.len()).chain(parity.iter().map(|p| p.len())),
         )?;
-        if self.engine.is_offload() {
+        let engine = self.engine_for(len);
+        if engine.is_offload() {
             // One call over whole shards: each call to an offload engine pays for transfers.
             let delta: Vec<u8> = old.iter().zip(new).map(|(a, b)| a ^ b).collect();
             let outs: Vec<*mut u8> = parity.iter_mut().map(|p| p.as_mut_ptr()).collect();
             // SAFETY: one input and m distinct outputs, all `len` bytes.
-            unsafe {
-                self.engine
-                    .apply(&self.deltas[index], &[delta.as_ptr()], &outs, len, true)
-            };
+            unsafe { engine.apply(&self.deltas[index], &[delta.as_ptr()], &outs, len, true) };
             return Ok(());
         }
         let mut delta = [0u8; BLOCK_BYTES];
@@ -502,7 +548,7 @@ impl Codec {
                 .for_each(|s| outs.push(s[off..].as_mut_ptr()));
             // SAFETY: one n-byte input on the stack, m distinct outputs with n bytes past `off`.
             unsafe {
-                self.engine.apply(
+                engine.apply(
                     &self.deltas[index],
                     &[delta.as_ptr()],
                     outs.as_slice(),
@@ -520,8 +566,9 @@ impl Codec {
     /// # Safety
     /// As `Engine::apply`.
     unsafe fn run(&self, t: &Tables, ins: &[*const u8], outs: &[*mut u8], len: usize, acc: bool) {
+        let engine = self.engine_for(len);
         // An offload engine takes whole shards: slices would only add transfers.
-        let parts = if self.engine.is_offload() {
+        let parts = if engine.is_offload() {
             1
         } else {
             self.threads.min(len / THREAD_SPLIT_BYTES_MIN).max(1)
@@ -531,7 +578,7 @@ impl Codec {
                 // Ranges are multiples of 64 bytes so each thread runs the vector body.
                 let step = len.div_ceil(parts).div_ceil(64) * 64;
                 let job = Job {
-                    engine: self.engine,
+                    engine,
                     t,
                     ins,
                     outs,
@@ -540,7 +587,7 @@ impl Codec {
                 pool.run(parts, &|p| job.range(p * step, ((p + 1) * step).min(len)));
             }
             // SAFETY: the caller's contract.
-            _ => unsafe { self.engine.apply(t, ins, outs, len, acc) },
+            _ => unsafe { engine.apply(t, ins, outs, len, acc) },
         }
     }
 }
@@ -609,6 +656,28 @@ fn check_lengths(expected: usize, lens: impl Iterator<Item = usize>) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn offload_takes_shards_from_its_threshold_up() {
+        let code = Code::new(crate::CodeId::CauchyRs, 4, 2).unwrap();
+        let mut codec = Codec::with_engine(code, Engine::Scalar).unwrap();
+        assert_eq!(codec.engine_for(usize::MAX), Engine::Scalar);
+        // Set directly: `with_offload` would need the GPU, and the policy does not.
+        codec.offload = Some(Offload {
+            engine: Engine::Cuda,
+            min_shard_bytes: 100,
+        });
+        assert_eq!(codec.engine_for(0), Engine::Scalar);
+        assert_eq!(codec.engine_for(99), Engine::Scalar);
+        assert_eq!(codec.engine_for(100), Engine::Cuda);
+        assert_eq!(codec.engine(), Engine::Scalar);
+        // CPU-coded shards are plain heap memory.
+        let small = codec.shard_buffers(6, 99);
+        assert_eq!(small.len(), 6);
+        assert!(small
+            .iter()
+            .all(|b| b.len() == 99 && !b.is_pinned() && b.iter().all(|&x| x == 0)));
+    }
 
     #[test]
     fn masks_hold_exactly_their_indices() {

@@ -34,12 +34,15 @@ pub mod gf;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 mod pool;
+mod shard_buf;
 
 pub use code::{Code, CodeId, SHARDS_MAX};
-pub use codec::{Codec, DECODE_CACHE_ENTRIES_MAX};
+pub use codec::{Codec, Offload, DECODE_CACHE_ENTRIES_MAX};
 pub use engine::{
-    gpu_description, gpu_fallbacks, gpu_unavailable_reason, Engine, Tables, ENGINE_ENV,
+    gpu_call_counts, gpu_calls, gpu_description, gpu_fallbacks, gpu_unavailable_reason, Engine,
+    Tables, ENGINE_ENV,
 };
+pub use shard_buf::ShardBuf;
 
 #[cfg(feature = "isal")]
 pub use engine::isal_cauchy1_matrix;
@@ -59,6 +62,8 @@ pub enum EcError {
     EngineUnavailable(&'static str),
     #[error("engine cuda is not available: {0}")]
     GpuUnavailable(String),
+    #[error("engine {0} codes on the CPU; an offload engine is one that does not (cuda)")]
+    NotOffload(&'static str),
     #[error("GPU error: {0}")]
     Gpu(String),
     #[error("expected {expected} {what} shards, got {got}")]

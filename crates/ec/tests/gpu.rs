@@ -86,8 +86,11 @@ fn without_a_gpu_the_engine_says_why() {
                 Err(EcError::GpuUnavailable(why.clone()))
             );
             let code = Code::new(CodeId::CauchyRs, 4, 2).unwrap();
-            let err = Codec::with_engine(code, Engine::Cuda).unwrap_err();
+            let err = Codec::with_engine(code.clone(), Engine::Cuda).unwrap_err();
             assert!(err.to_string().contains(&why), "{err}");
+            let cpu = Codec::with_engine(code, Engine::detect()).unwrap();
+            let err = cpu.with_offload(Engine::Cuda, 0).unwrap_err();
+            assert_eq!(err, EcError::GpuUnavailable(why.clone()));
             // The engine is still nameable, and auto never picks it.
             assert_eq!(Engine::from_name("cuda").unwrap(), Engine::Cuda);
             assert_ne!(Engine::detect(), Engine::Cuda);
@@ -292,4 +295,94 @@ fn the_batched_api_matches_the_oracle() {
         HostPipeline::new(codec.encode_tables(), 100, 1, 1),
         Err(EcError::Gpu(why)) if why.contains("multiple of 16")
     ));
+}
+
+#[test]
+fn a_cpu_engine_is_not_an_offload_target() {
+    let code = Code::new(CodeId::CauchyRs, 4, 2).unwrap();
+    let codec = Codec::with_engine(code, Engine::Scalar).unwrap();
+    let err = codec.with_offload(Engine::Scalar, 0).unwrap_err();
+    assert_eq!(err, EcError::NotOffload("scalar"));
+}
+
+/// The store's policy: shards from the threshold up go to the GPU, smaller ones stay on the
+/// CPU engine, and both give the oracle's bytes.
+#[test]
+fn offload_by_shard_length_matches_the_oracle() {
+    if !gpu_or_skip("offload by shard length") {
+        return;
+    }
+    let (k, m, min) = (6, 3, 4096);
+    let code = Code::new(CodeId::CauchyRs, k, m).unwrap();
+    let oracle = Codec::with_engine(code.clone(), Engine::Scalar).unwrap();
+    let codec = Codec::with_engine(code, Engine::detect())
+        .unwrap()
+        .with_offload(Engine::Cuda, min)
+        .unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(19);
+    for len in [1, min - 1, min, 3 * min + 5] {
+        let want_engine = if len >= min {
+            Engine::Cuda
+        } else {
+            Engine::detect()
+        };
+        assert_eq!(codec.engine_for(len), want_engine, "len {len}");
+        let data = random_shards(&mut rng, k, len);
+        let refs: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
+        let mut want = vec![vec![0u8; len]; m];
+        let mut got = vec![vec![0u8; len]; m];
+        let mut outs: Vec<&mut [u8]> = want.iter_mut().map(|p| &mut p[..]).collect();
+        oracle.encode(&refs, &mut outs).unwrap();
+        let calls = railstore_ec::gpu_calls();
+        let mut outs: Vec<&mut [u8]> = got.iter_mut().map(|p| &mut p[..]).collect();
+        codec.encode(&refs, &mut outs).unwrap();
+        if len >= min {
+            assert!(
+                railstore_ec::gpu_calls() > calls,
+                "len {len} did not reach the GPU"
+            );
+        }
+        assert_eq!(got, want, "len {len}");
+
+        // The same stripe in the codec's own buffers: pinned from the threshold up, so the GPU
+        // copies them directly (encode, then a rebuild of m lost shards).
+        let mut shards = codec.shard_buffers(k + m, len);
+        assert_eq!(shards[0].is_pinned(), len >= min, "len {len}");
+        for (s, d) in shards.iter_mut().zip(&data) {
+            s.copy_from_slice(d);
+        }
+        let (_, direct) = railstore_ec::gpu_call_counts();
+        let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|s| &mut s[..]).collect();
+        codec.encode_shards(&mut refs).unwrap();
+        for (r, w) in want.iter().enumerate() {
+            assert!(
+                shards[k + r][..] == w[..],
+                "pinned encode len {len} parity {r}"
+            );
+        }
+        let mut present = vec![true; k + m];
+        for i in (0..k + m).step_by(2).take(m) {
+            present[i] = false;
+            shards[i].fill(0xA5);
+        }
+        let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|s| &mut s[..]).collect();
+        codec.reconstruct(&mut refs, &present).unwrap();
+        for (i, d) in data.iter().enumerate() {
+            assert!(shards[i][..] == d[..], "pinned rebuild len {len} shard {i}");
+        }
+        for (r, w) in want.iter().enumerate() {
+            assert!(
+                shards[k + r][..] == w[..],
+                "pinned rebuild len {len} parity {r}"
+            );
+        }
+        if len >= min {
+            let (_, now) = railstore_ec::gpu_call_counts();
+            assert!(
+                now >= direct + 2,
+                "len {len}: the pinned shards were staged"
+            );
+        }
+    }
+    assert_eq!(railstore_ec::gpu_fallbacks().0, 0);
 }

@@ -71,6 +71,7 @@ enum BenchCommand {
 }
 
 fn main() -> anyhow::Result<()> {
+    keep_large_allocations_in_the_heap();
     let cli = Cli::parse();
     if matches!(
         cli.command,
@@ -132,4 +133,23 @@ fn logging() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+}
+
+/// Shards, pieces and chunks of a MiB or more are allocated and freed at a high rate. By default
+/// glibc maps each one fresh from the kernel and unmaps it when freed, so every page of it
+/// faults and is zeroed again: loading 4 MiB split objects took a third more page faults and
+/// system time (docs/benchmarks/kv.md, "Large allocations"). Below 32 MiB (glibc's largest
+/// threshold) they now come from the heap and their pages are reused.
+fn keep_large_allocations_in_the_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallopt only changes allocator parameters; called before any thread starts.
+        let ok = unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20) == 1
+                && libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20) == 1
+        };
+        if !ok {
+            eprintln!("railstore: the allocator refused its thresholds; large buffers stay mapped");
+        }
+    }
 }

@@ -371,6 +371,21 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
             );
         }
         tracing::info!(policy = %status.policy, "redundancy");
+        let ec = &cfg.manager.ec;
+        let engine = ec.engine.map_or_else(
+            || railstore_ec::Engine::auto().map_or_else(|e| e.to_string(), |e| e.to_string()),
+            |e| e.to_string(),
+        );
+        match ec.offload {
+            Some(o) => tracing::info!(
+                engine = %engine,
+                offload = %o.engine,
+                offload_min_shard_bytes = o.min_shard_bytes,
+                gpu = railstore_ec::gpu_description().as_deref().unwrap_or("none"),
+                "erasure coding"
+            ),
+            None => tracing::info!(engine = %engine, "erasure coding"),
+        }
         match &cfg.separation {
             Some(s) => tracing::info!(
                 frame_ms = s.frame.as_millis() as u64,

@@ -25,5 +25,5 @@ mod write;
 pub use error::{RedundancyError, Result};
 pub use io::{AnyHealthy, DeviceSet, FailureListener, FaultPolicy, IoCounters, ReadPlan};
 pub use manager::{Manager, ObjectMeta};
-pub use mechanism::{ManagerConfig, Mechanism, Policy};
+pub use mechanism::{EcEngines, ManagerConfig, Mechanism, Policy, OFFLOAD_MIN_SHARD_BYTES_DEFAULT};
 pub use rebuild::{RepairOptions, RepairProgress, RepairReport};

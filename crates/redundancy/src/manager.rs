@@ -166,6 +166,7 @@ impl Manager {
                 devices.len()
             )));
         }
+        config.ec.check()?;
         let layout = config.layout(devices.len())?;
         let device_count = devices.len();
         let key_max = devices.iter().map(|d| d.limits().key_bytes_max).min();
@@ -551,7 +552,7 @@ impl Inner {
             return Ok(c.clone());
         }
         let codec = Code::new(code, k as usize, m as usize)
-            .and_then(Codec::new)
+            .and_then(|c| self.config.ec.codec(c))
             .map_err(|e| RedundancyError::Config(e.to_string()))?;
         let codec = Arc::new(codec);
         map.insert((code.as_u8(), k, m), codec.clone());

@@ -2,7 +2,7 @@
 //! custom). Pure: the manager asks, these answer.
 
 use crate::error::{RedundancyError, Result};
-use railstore_ec::CodeId;
+use railstore_ec::{Code, CodeId, Codec, EcError, Engine, Offload};
 use railstore_placement::{Layout, LayoutSpec};
 use serde::Deserialize;
 use std::fmt;
@@ -197,6 +197,82 @@ pub struct ManagerConfig {
     pub slow_read_bypass: Option<Duration>,
     /// How device faults are handled: operation timeout, read errors tolerated.
     pub faults: crate::io::FaultPolicy,
+    /// The erasure-coding engines of split and packed objects.
+    pub ec: EcEngines,
+}
+
+/// Shard length from which `ec_offload` takes a call when the configuration gives none: the
+/// host-to-host GPU path reaches 80 % of the bus from 256 KiB chunks (docs/benchmarks/ec-gpu.md).
+pub const OFFLOAD_MIN_SHARD_BYTES_DEFAULT: usize = 256 << 10;
+
+/// Which engines code: `[redundancy] ec_engine`, `ec_offload`, `ec_offload_min_shard_bytes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EcEngines {
+    /// The CPU engine; `None`: [`Engine::auto`] (`RAILSTORE_EC_ENGINE`, else the fastest here).
+    pub engine: Option<Engine>,
+    /// Shards at least this long go to an offload engine (the GPU): large objects.
+    pub offload: Option<Offload>,
+}
+
+impl EcEngines {
+    /// A codec of `code` on these engines; an error if one cannot run here.
+    pub fn codec(&self, code: Code) -> std::result::Result<Codec, EcError> {
+        let engine = match self.engine {
+            Some(e) => e,
+            None => Engine::auto()?,
+        };
+        let codec = Codec::with_engine(code, engine)?;
+        match self.offload {
+            Some(o) => codec.with_offload(o.engine, o.min_shard_bytes),
+            None => Ok(codec),
+        }
+    }
+
+    /// Checks that the engines can run here, so a store does not start to fail on its first
+    /// large object.
+    pub fn check(&self) -> Result<()> {
+        let code = Code::new(CodeId::CauchyRs, 1, 1).expect("RS(1,1) is a code");
+        self.codec(code)
+            .map(|_| ())
+            .map_err(|e| RedundancyError::Config(format!("ec engines: {e}")))
+    }
+
+    fn parse(engine: Option<&str>, offload: Option<&str>, min: Option<usize>) -> Result<Self> {
+        let name = |key: &str, n: &str| {
+            Engine::ALL
+                .into_iter()
+                .find(|e| e.name() == n)
+                .ok_or_else(|| {
+                    RedundancyError::Config(format!("{key}: {}", EcError::UnknownEngine(n.into())))
+                })
+        };
+        let engine = match engine {
+            None | Some("auto") => None,
+            Some(n) => Some(name("ec_engine", n)?),
+        };
+        let offload = match (offload, min) {
+            (None, None) => None,
+            (None, Some(_)) => {
+                return Err(RedundancyError::Config(
+                    "ec_offload_min_shard_bytes needs ec_offload (the engine to offload to)".into(),
+                ))
+            }
+            (Some(n), min) => {
+                let e = name("ec_offload", n)?;
+                if !e.is_offload() {
+                    return Err(RedundancyError::Config(format!(
+                        "ec_offload: {}",
+                        EcError::NotOffload(e.name())
+                    )));
+                }
+                Some(Offload {
+                    engine: e,
+                    min_shard_bytes: min.unwrap_or(OFFLOAD_MIN_SHARD_BYTES_DEFAULT),
+                })
+            }
+        };
+        Ok(EcEngines { engine, offload })
+    }
 }
 
 impl Default for ManagerConfig {
@@ -211,6 +287,7 @@ impl Default for ManagerConfig {
             layout_seed: 0x5241_494c,
             slow_read_bypass: None,
             faults: crate::io::FaultPolicy::default(),
+            ec: EcEngines::default(),
         }
     }
 }
@@ -231,6 +308,9 @@ struct ConfigFile {
     slow_read_bypass_ms: Option<f64>,
     device_op_timeout_ms: Option<u64>,
     read_errors_max: Option<u64>,
+    ec_engine: Option<String>,
+    ec_offload: Option<String>,
+    ec_offload_min_shard_bytes: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -359,7 +439,13 @@ impl ManagerConfig {
             }
             None => d.slow_read_bypass,
         };
+        let ec = EcEngines::parse(
+            f.ec_engine.as_deref(),
+            f.ec_offload.as_deref(),
+            f.ec_offload_min_shard_bytes,
+        )?;
         Ok(ManagerConfig {
+            ec,
             policy,
             pack_wait,
             slow_read_bypass,
@@ -413,6 +499,56 @@ mod tests {
             "split4+2:x",
         ] {
             assert!(Mechanism::parse(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn ec_engine_settings_parse_and_refuse_what_cannot_run() {
+        let parse = |extra: &str| {
+            ManagerConfig::from_toml(&format!(
+                "mode = \"standalone\"\nmechanism = \"split4+2\"\n{extra}"
+            ))
+        };
+        assert_eq!(parse("").unwrap().ec, EcEngines::default());
+        assert_eq!(parse("ec_engine = \"auto\"").unwrap().ec.engine, None);
+        let c = parse("ec_engine = \"scalar\"").unwrap();
+        assert_eq!(c.ec.engine, Some(Engine::Scalar));
+        // The codec follows the setting.
+        let code = Code::new(CodeId::CauchyRs, 4, 2).unwrap();
+        assert_eq!(c.ec.codec(code.clone()).unwrap().engine(), Engine::Scalar);
+        let e = parse("ec_engine = \"warp\"").unwrap_err().to_string();
+        assert!(e.contains("ec_engine") && e.contains("warp"), "{e}");
+        let e = parse("ec_offload = \"scalar\"").unwrap_err().to_string();
+        assert!(e.contains("codes on the CPU"), "{e}");
+        let e = parse("ec_offload_min_shard_bytes = 4096")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("needs ec_offload"), "{e}");
+        let c = parse("ec_offload = \"cuda\"").unwrap();
+        assert_eq!(
+            c.ec.offload,
+            Some(Offload {
+                engine: Engine::Cuda,
+                min_shard_bytes: OFFLOAD_MIN_SHARD_BYTES_DEFAULT
+            })
+        );
+        let c = parse("ec_offload = \"cuda\"\nec_offload_min_shard_bytes = 65536").unwrap();
+        assert_eq!(c.ec.offload.unwrap().min_shard_bytes, 65536);
+        // Whether the GPU is there decides whether the setting can start a store.
+        match railstore_ec::gpu_unavailable_reason() {
+            Some(why) => {
+                let e = c.ec.check().unwrap_err().to_string();
+                assert!(
+                    e.contains("cuda is not available") && e.contains(&why),
+                    "{e}"
+                );
+            }
+            None => {
+                c.ec.check().unwrap();
+                let codec = c.ec.codec(code).unwrap();
+                assert_eq!(codec.engine_for(65535), codec.engine());
+                assert_eq!(codec.engine_for(65536), Engine::Cuda);
+            }
         }
     }
 

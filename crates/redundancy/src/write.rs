@@ -113,16 +113,16 @@ impl Inner {
             Mechanism::Split { code, k, m } => {
                 let (ku, n) = (k as usize, (k + m) as usize);
                 let shard_len = data.len().div_ceil(ku);
-                let mut shards = vec![vec![0u8; shard_len]; n];
+                let codec = self.codec(code, k, m)?;
+                // Pinned when the codec sends shards this long to the GPU: no staging copy.
+                let mut shards = codec.shard_buffers(n, shard_len);
                 for (i, s) in shards.iter_mut().take(ku).enumerate() {
                     let lo = (i * shard_len).min(data.len());
                     let hi = ((i + 1) * shard_len).min(data.len());
                     s[..hi - lo].copy_from_slice(&data[lo..hi]);
                 }
-                let codec = self.codec(code, k, m)?;
                 {
-                    let mut refs: Vec<&mut [u8]> =
-                        shards.iter_mut().map(|s| s.as_mut_slice()).collect();
+                    let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|s| &mut s[..]).collect();
                     codec
                         .encode_shards(&mut refs)
                         .map_err(|e| RedundancyError::Config(e.to_string()))?;

@@ -184,6 +184,12 @@ device_op_timeout_ms = 30000
 # Read errors a device may give in a minute before it is taken out of service; below that a
 # failed read is decoded around and the piece rewritten.
 read_errors_max = 16
+# Erasure-coding engine: auto (the fastest this CPU runs) or a name (avx512-gfni, avx2, ...).
+ec_engine = "auto"
+# Code shards of at least ec_offload_min_shard_bytes on the GPU (large objects), the rest on
+# the CPU; the store refuses to start when the GPU cannot be used.
+# ec_offload = "cuda"
+# ec_offload_min_shard_bytes = 262144
 [[redundancy.hybrid]]
 max_bytes = 4096
 mechanism = "rep3"

@@ -235,6 +235,25 @@ impl Store {
             "Pieces rewritten by repair.",
             &one(&io.repairs),
         );
+        let gpu = |v: u64| vec![(String::new(), v)];
+        metric(
+            "ec_gpu_calls_total",
+            "counter",
+            "Erasure-coding calls the GPU completed (`ec_offload`, or `ec_engine = \"cuda\"`).",
+            &gpu(railstore_ec::gpu_calls()),
+        );
+        metric(
+            "ec_gpu_direct_calls_total",
+            "counter",
+            "GPU coding calls copied straight from pinned shards (no staging copy).",
+            &gpu(railstore_ec::gpu_call_counts().1),
+        );
+        metric(
+            "ec_gpu_fallbacks_total",
+            "counter",
+            "Erasure-coding calls the GPU failed, which the CPU coded instead.",
+            &gpu(railstore_ec::gpu_fallbacks().0),
+        );
         let per_device = |f: &dyn Fn(&DeviceStatus) -> u64| -> Vec<(String, u64)> {
             status
                 .devices

@@ -50,7 +50,7 @@ pub(super) fn describe_kv(args: &KvBenchArgs, plan: &KvPlan) -> String {
 
 pub(super) fn table_header() -> String {
     format!(
-        "{:<10} {:<6} {:>10} {:>9} {:>7} {:>9} {:>9} {:>9} {:>6} {:>6} {:>7} {:>8} {:>8}",
+        "{:<16} {:<6} {:>10} {:>9} {:>7} {:>9} {:>9} {:>9} {:>6} {:>6} {:>7} {:>8} {:>8}",
         "mechanism",
         "phase",
         "ops/s",
@@ -73,7 +73,7 @@ pub(super) fn opt(v: Option<f64>, decimals: usize) -> String {
 
 pub(super) fn table_line(r: &KvRow) -> String {
     format!(
-        "{:<10} {:<6} {:>10.0} {:>9.1} {:>7} {:>9.1} {:>9.1} {:>9.1} {:>6} {:>6} {:>7.2} {:>8} {:>8}",
+        "{:<16} {:<6} {:>10.0} {:>9.1} {:>7} {:>9.1} {:>9.1} {:>9.1} {:>6} {:>6} {:>7.2} {:>8} {:>8}",
         r.mechanism,
         r.phase,
         r.ops_per_s,
@@ -93,19 +93,20 @@ pub(super) fn table_line(r: &KvRow) -> String {
 /// The CSV form of the rows.
 pub fn kv_csv(rows: &[KvRow]) -> String {
     let mut s = String::from(
-        "mechanism,phase,mix,backend,devices,value_size,qd,threads,objects,ops,elapsed_s,\
+        "mechanism,ec_engine,phase,mix,backend,devices,value_size,qd,threads,objects,ops,elapsed_s,\
          ops_per_s,mb_per_s,pct_of_raw,p50_us,p99_us,p999_us,mean_us,reads,inserts,updates,\
          deletes,user_bytes_written,user_bytes_read,device_bytes_written,device_bytes_read,\
          device_stores,device_retrieves,device_deletes,device_ops_per_op,write_amp,read_amp,\
-         cpu_s,cpu_s_per_gb,ctx_switches,ctx_switches_per_mb,decodes,repairs\n",
+         cpu_s,cpu_s_per_gb,ctx_switches,ctx_switches_per_mb,decodes,repairs,gpu_calls\n",
     );
     let o = |v: Option<f64>| v.map(|x| format!("{x:.4}")).unwrap_or_default();
     for r in rows {
         let _ = writeln!(
             s,
-            "{},{},\"{}\",{},{},\"{}\",{},{},{},{},{:.4},{:.2},{:.3},{},{:.2},{:.2},{:.2},{:.2},\
-             {},{},{},{},{},{},{},{},{},{},{},{:.3},{},{},{:.4},{},{},{},{},{}",
+            "{},\"{}\",{},\"{}\",{},{},\"{}\",{},{},{},{},{:.4},{:.2},{:.3},{},{:.2},{:.2},{:.2},\
+             {:.2},{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{},{:.4},{},{},{},{},{},{}",
             r.mechanism,
+            r.ec_engine.as_deref().unwrap_or(""),
             r.phase,
             r.mix,
             backend_name(r.backend),
@@ -142,7 +143,8 @@ pub fn kv_csv(rows: &[KvRow]) -> String {
             r.ctx_switches,
             o(r.ctx_switches_per_mb),
             r.decodes,
-            r.repairs
+            r.repairs,
+            r.gpu_calls
         );
     }
     s

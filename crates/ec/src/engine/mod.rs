@@ -229,6 +229,24 @@ pub fn gpu_description() -> Option<String> {
     }
 }
 
+/// Calls the `cuda` engine completed on the GPU.
+pub fn gpu_calls() -> u64 {
+    gpu_call_counts().0
+}
+
+/// Calls the `cuda` engine completed on the GPU, and how many of them the GPU copied straight
+/// from and into pinned shards ([`crate::Codec::shard_buffers`]) rather than through staging.
+pub fn gpu_call_counts() -> (u64, u64) {
+    #[cfg(feature = "cuda")]
+    {
+        cuda::calls()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        (0, 0)
+    }
+}
+
 /// Calls the `cuda` engine could not complete on the GPU, which the CPU engine computed
 /// instead, with the last reason.
 pub fn gpu_fallbacks() -> (u64, Option<String>) {

@@ -4,8 +4,9 @@
 //! The kernel (`kernel.cu`) is compiled by NVRTC for the GPU found, once per process.
 //!
 //! Two ways in: `Engine::apply` (any shards in ordinary memory, one call at a time through
-//! pinned staging buffers, so every codec operation runs unchanged), and the batched API of
-//! [`crate::gpu`] (many stripes per launch, streams, data already on the GPU).
+//! pinned staging buffers, so every codec operation runs unchanged; shards from the pinned pool,
+//! `Codec::shard_buffers`, are copied directly), and the batched API of [`crate::gpu`] (many
+//! stripes per launch, streams, data already on the GPU).
 
 use super::{Engine, Tables};
 use cudarc::driver::{
@@ -15,6 +16,9 @@ use cudarc::driver::{
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+
+mod pinned_pool;
+pub(crate) use pinned_pool::PooledPinned;
 
 const SOURCE: &str = include_str!("kernel.cu");
 
@@ -158,6 +162,18 @@ pub(crate) struct Layout {
     pub stripes: usize,
 }
 
+impl Layout {
+    /// One stripe of `cols` inputs and `rows` outputs, each `pitch` bytes apart.
+    fn one_stripe(cols: usize, rows: usize, pitch: usize) -> Layout {
+        Layout {
+            pitch,
+            in_stripe: cols * pitch,
+            out_stripe: rows * pitch,
+            stripes: 1,
+        }
+    }
+}
+
 impl Gpu {
     /// Queues `out (^)= tables * in` for every stripe of `layout` on `stream`. `tables` is the
     /// device copy of a `rows` x `cols` matrix's nibble tables.
@@ -270,6 +286,17 @@ impl Staging {
         })
     }
 
+    /// Device buffers of at least `inp` and `out` bytes (the direct path needs no host ones).
+    fn reserve_device(&mut self, inp: usize, out: usize) -> Result<(), DriverError> {
+        if self.dev_in.len() < inp {
+            self.dev_in = self.stream.alloc_zeros(inp.next_power_of_two())?;
+        }
+        if self.dev_out.len() < out {
+            self.dev_out = self.stream.alloc_zeros(out.next_power_of_two())?;
+        }
+        Ok(())
+    }
+
     fn reserve(
         &mut self,
         ctx: &Arc<CudaContext>,
@@ -278,13 +305,11 @@ impl Staging {
     ) -> Result<(), DriverError> {
         if self.host_in.len() < inp {
             self.host_in = pinned(ctx, inp.next_power_of_two())?;
-            self.dev_in = self.stream.alloc_zeros(inp.next_power_of_two())?;
         }
         if self.host_out.len() < out {
             self.host_out = pinned(ctx, out.next_power_of_two())?;
-            self.dev_out = self.stream.alloc_zeros(out.next_power_of_two())?;
         }
-        Ok(())
+        self.reserve_device(inp, out)
     }
 }
 
@@ -299,8 +324,18 @@ pub(crate) fn pinned(
     unsafe { ctx.alloc_pinned_with_flags::<u8>(len.max(1), 0) }
 }
 
+static CALLS: AtomicU64 = AtomicU64::new(0);
+static DIRECT_CALLS: AtomicU64 = AtomicU64::new(0);
 static FALLBACKS: AtomicU64 = AtomicU64::new(0);
 static LAST_FAILURE: Mutex<Option<String>> = Mutex::new(None);
+
+/// Calls the GPU completed, and how many of them copied pinned shards directly.
+pub(crate) fn calls() -> (u64, u64) {
+    (
+        CALLS.load(Ordering::Relaxed),
+        DIRECT_CALLS.load(Ordering::Relaxed),
+    )
+}
 
 /// Calls the GPU could not complete, which the CPU engine computed instead, and the last
 /// reason.
@@ -324,22 +359,101 @@ pub(crate) unsafe fn apply(
     len: usize,
     accumulate: bool,
 ) {
+    let mut direct = false;
     let result = match gpu() {
         // SAFETY: the caller's contract.
+        // Only a call that overwrites its outputs goes direct: a failed direct copy may leave
+        // them half written, which the CPU's recomputation then overwrites; an accumulating
+        // call needs them intact.
+        Ok(g) if !accumulate && pinned_pool::all_pinned(inputs, outputs, len) => {
+            direct = true;
+            // SAFETY: the caller's contract, and every shard is pinned.
+            unsafe { g.apply_direct(t, inputs, outputs, len) }
+        }
         Ok(g) => unsafe { g.apply_staged(t, inputs, outputs, len, accumulate) },
         Err(why) => Err(why.to_string()),
     };
-    if let Err(why) = result {
-        FALLBACKS.fetch_add(1, Ordering::Relaxed);
-        if let Ok(mut last) = LAST_FAILURE.lock() {
-            *last = Some(why);
+    match result {
+        Ok(()) => {
+            CALLS.fetch_add(1, Ordering::Relaxed);
+            if direct {
+                DIRECT_CALLS.fetch_add(1, Ordering::Relaxed);
+            }
         }
-        // SAFETY: the caller's contract; outputs were not touched by the failed call.
-        unsafe { Engine::detect().apply(t, inputs, outputs, len, accumulate) };
+        Err(why) => {
+            FALLBACKS.fetch_add(1, Ordering::Relaxed);
+            if let Ok(mut last) = LAST_FAILURE.lock() {
+                *last = Some(why);
+            }
+            // SAFETY: the caller's contract; outputs were not touched by the failed call.
+            unsafe { Engine::detect().apply(t, inputs, outputs, len, accumulate) };
+        }
     }
 }
 
 impl Gpu {
+    /// The per-call buffers and stream, made on first use, locked for one call; the calling
+    /// thread bound to the context, which the raw driver calls act on.
+    fn staging(&self) -> Result<std::sync::MutexGuard<'_, Option<Staging>>, String> {
+        let err = |e: DriverError| format!("CUDA: {e}");
+        self.ctx.bind_to_thread().map_err(err)?;
+        let mut guard = self
+            .staging
+            .lock()
+            .map_err(|_| "staging lock poisoned".to_string())?;
+        if guard.is_none() {
+            *guard = Some(Staging::new(&self.ctx).map_err(err)?);
+        }
+        Ok(guard)
+    }
+
+    /// `out[r] = sum_c t[r][c] * in[c]` with the GPU copying each shard from and into pinned
+    /// memory itself.
+    ///
+    /// # Safety
+    /// `Engine::apply`'s contract, every shard in pinned memory (`pinned_pool::all_pinned`).
+    unsafe fn apply_direct(
+        &self,
+        t: &Tables,
+        inputs: &[*const u8],
+        outputs: &[*mut u8],
+        len: usize,
+    ) -> Result<(), String> {
+        let err = |e: DriverError| format!("CUDA: {e}");
+        let pitch = len.div_ceil(WORD_BYTES) * WORD_BYTES;
+        let (cols, rows) = (inputs.len(), outputs.len());
+        let mut guard = self.staging()?;
+        let st = guard.as_mut().expect("made by staging()");
+        st.reserve_device(cols * pitch, rows * pitch).map_err(err)?;
+        let stream = st.stream.clone();
+        let tables = self.tables(t, &stream).map_err(err)?;
+        let (tables_ptr, _) = tables.device_ptr(&stream);
+        let (in_ptr, _) = st.dev_in.device_ptr(&stream);
+        let (out_ptr, _) = st.dev_out.device_ptr(&stream);
+        let layout = Layout::one_stripe(cols, rows, pitch);
+        // SAFETY: each shard holds `len` bytes of pinned memory (the caller's contract) that
+        // outlives the synchronisation below; the device buffers hold the layout. The padding
+        // past `len` in each device row holds whatever was there: it only reaches the outputs'
+        // padding, which is not copied back.
+        unsafe {
+            for (c, &p) in inputs.iter().enumerate() {
+                let src = std::slice::from_raw_parts(p, len);
+                result::memcpy_htod_async(in_ptr + (c * pitch) as u64, src, stream.cu_stream())
+                    .map_err(err)?;
+            }
+            self.launch(
+                &stream, tables_ptr, rows, cols, in_ptr, out_ptr, layout, false,
+            )
+            .map_err(err)?;
+            for (r, &p) in outputs.iter().enumerate() {
+                let dst = std::slice::from_raw_parts_mut(p, len);
+                result::memcpy_dtoh_async(dst, out_ptr + (r * pitch) as u64, stream.cu_stream())
+                    .map_err(err)?;
+            }
+        }
+        stream.synchronize().map_err(err)
+    }
+
     /// # Safety
     /// `Engine::apply`'s contract. Outputs are written only once the GPU succeeded.
     unsafe fn apply_staged(
@@ -351,18 +465,10 @@ impl Gpu {
         accumulate: bool,
     ) -> Result<(), String> {
         let err = |e: DriverError| format!("CUDA: {e}");
-        // The raw driver calls below act on the calling thread's current context.
-        self.ctx.bind_to_thread().map_err(err)?;
         let pitch = len.div_ceil(WORD_BYTES) * WORD_BYTES;
         let (cols, rows) = (inputs.len(), outputs.len());
-        let mut guard = self
-            .staging
-            .lock()
-            .map_err(|_| "staging lock poisoned".to_string())?;
-        if guard.is_none() {
-            *guard = Some(Staging::new(&self.ctx).map_err(err)?);
-        }
-        let st = guard.as_mut().expect("just made");
+        let mut guard = self.staging()?;
+        let st = guard.as_mut().expect("made by staging()");
         st.reserve(&self.ctx, cols * pitch, rows * pitch)
             .map_err(err)?;
         let host_in = st.host_in.as_mut_slice().map_err(err)?;
@@ -385,12 +491,7 @@ impl Gpu {
         let (tables_ptr, _) = tables.device_ptr(&stream);
         let (in_ptr, _) = st.dev_in.device_ptr(&stream);
         let (out_ptr, _) = st.dev_out.device_ptr(&stream);
-        let layout = Layout {
-            pitch,
-            in_stripe: cols * pitch,
-            out_stripe: rows * pitch,
-            stripes: 1,
-        };
+        let layout = Layout::one_stripe(cols, rows, pitch);
         // SAFETY: the device buffers hold the layout (reserve); host buffers are pinned and
         // outlive the synchronisation below.
         unsafe {
