@@ -1,7 +1,8 @@
 //! Bucket operations: list, create, delete, head, location, versioning.
 
-use crate::errors::{err, invalid_argument, no_configuration, not_implemented, store_error};
+use crate::errors::{err, invalid_argument, no_configuration, store_error};
 use crate::fields::owner;
+use crate::lock;
 use crate::service::RailS3;
 use crate::util::{self, token_decode, token_encode};
 use s3s::dto::*;
@@ -92,15 +93,22 @@ pub(crate) async fn create_bucket(
         .map(|c| c.as_str().to_string())
         .filter(|c| !c.is_empty());
     check_location(constraint.as_deref(), &s3.region)?;
-    if input.object_lock_enabled_for_bucket == Some(true) {
-        return Err(not_implemented("object lock is not supported"));
-    }
     let created = s3
         .store
         .create_bucket(&input.bucket)
         .await
         .map_err(store_error)?;
+    let with_lock = input.object_lock_enabled_for_bucket == Some(true);
+    if created && with_lock {
+        lock::enable_on_new_bucket(s3, &input.bucket).await?;
+    }
     if !created {
+        if with_lock && !lock::enabled(s3, &input.bucket)? {
+            return Err(err(
+                S3ErrorCode::BucketAlreadyOwnedByYou,
+                "The bucket exists without object lock; lock it with PutObjectLockConfiguration",
+            ));
+        }
         tracing::debug!(bucket = %input.bucket, "bucket re-created by its owner");
     } else if constraint.as_deref() == Some(LEGACY_EU) {
         // GetBucketLocation answers the legacy name the bucket was made with.

@@ -3,6 +3,7 @@
 use crate::errors::{err, invalid_argument, invalid_request, not_implemented, store_error};
 use crate::fields::*;
 use crate::lifecycle;
+use crate::lock::{self, lock_requested};
 use crate::multipart::part_number;
 use crate::service::RailS3;
 use crate::sse;
@@ -97,7 +98,6 @@ pub(crate) async fn copy_object(
 ) -> S3Result<S3Response<CopyObjectOutput>> {
     let S3Request { input, headers, .. } = req;
     let (src_bucket, src_key, src_version) = copy_source(&input.copy_source)?;
-    refuse_object_lock(object_lock_requested!(input))?;
     let src_customer = sse::customer(sse::customer_headers!(input, copy_source))?;
     s3.store.head_bucket(&input.bucket).map_err(store_error)?;
     let dest_scheme = sse::write_scheme!(s3, input)?;
@@ -171,6 +171,13 @@ pub(crate) async fn copy_object(
         tagging::stored(&src)
     };
     tagging::set_stored(&mut options.headers, &tags);
+    // A copy has the lock it asks for, or the bucket's default, never its source's.
+    lock::apply_to_new(
+        s3,
+        &input.bucket,
+        lock_requested!(input),
+        &mut options.headers,
+    )?;
     if !replace && options.mechanism.is_none() {
         // Unchanged, a copy keeps the source's mechanism.
         options.mechanism = Mechanism::parse(&src.mechanism).ok();

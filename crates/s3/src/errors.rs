@@ -26,6 +26,7 @@ pub(crate) fn store_error(e: StoreError) -> S3Error {
         StoreError::PreconditionFailed(_) => C::PreconditionFailed,
         StoreError::InvalidArgument(_) => C::InvalidArgument,
         StoreError::NoSuchVersion { .. } => C::NoSuchVersion,
+        StoreError::ObjectLocked(_) => C::AccessDenied,
         StoreError::DeleteMarker(version) => {
             // A delete marker has nothing to read; the headers say what it is.
             let mut e = S3Error::with_message(C::MethodNotAllowed, msg.clone());

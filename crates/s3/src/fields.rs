@@ -33,15 +33,6 @@ macro_rules! object_fields {
     };
 }
 
-/// Whether a write input asks for object lock (which [`refuse_unsupported`] refuses).
-macro_rules! object_lock_requested {
-    ($input:expr) => {
-        $input.object_lock_mode.is_some()
-            || $input.object_lock_retain_until_date.is_some()
-            || $input.object_lock_legal_hold_status.is_some()
-    };
-}
-
 /// The checksum [`Plan`] of a body-carrying input (PutObject, UploadPart); `$upload` is the
 /// algorithm the multipart upload was created with, if any.
 macro_rules! checksum_plan {
@@ -253,14 +244,6 @@ pub(crate) fn put_options(
         mechanism,
         ..PutOptions::default()
     })
-}
-
-/// Refuses object lock, which railstore does not do, rather than pretending to.
-pub(crate) fn refuse_object_lock(lock: bool) -> S3Result<()> {
-    if lock {
-        return Err(not_implemented("object lock is not supported"));
-    }
-    Ok(())
 }
 
 pub(crate) fn initiator() -> Initiator {

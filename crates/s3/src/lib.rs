@@ -23,9 +23,8 @@
 //!
 //! # Supported
 //! - Buckets: ListBuckets (prefix, max-buckets, continuation token), CreateBucket
-//!   (re-creating one's own bucket succeeds, as in us-east-1), DeleteBucket (`BucketNotEmpty`
-//!   while objects or uploads remain), HeadBucket, GetBucketLocation, GetBucketVersioning
-//!   (never enabled).
+//!   (re-creating one's own bucket succeeds, as in us-east-1), DeleteBucket (aborting uploads
+//!   in progress; `BucketNotEmpty` while objects remain), HeadBucket, GetBucketLocation.
 //! - Objects: PutObject, GetObject (ranges → 206, unsatisfiable → 416; `partNumber=N`: part N
 //!   of a multipart object, 1 of any other), HeadObject, conditional reads (`If-Match`, `If-None-Match`,
 //!   `If-Modified-Since`, `If-Unmodified-Since` → 304 / 412), DeleteObject, DeleteObjects
@@ -72,12 +71,15 @@
 //!   `STANDARD` or nothing lets the store's policy choose. GET, HEAD, PUT and COPY answer
 //!   with the mechanism in `x-railstore-mechanism`.
 //!
+//! - Versioning (`versioning.rs`), bucket policies and the public access block (`policy/`),
+//!   POST uploads (`post/`), and object lock (`lock.rs`): buckets made with it or given it
+//!   while versioned, default retention, retention and legal hold per version on writes and
+//!   by request, the lock fields on HEAD and GET; the store refuses to delete a locked
+//!   version (governance gives way to `x-amz-bypass-governance-retention`).
+//!
 //! # Not supported
-//! - Versioning, object lock (refused with `NotImplemented`; lock, retention and legal-hold
-//!   requests are answered as AWS answers them for a bucket without lock), ACLs and policies (accepted
-//!   and ignored: the one key pair may do everything), website, replication,
-//!   notifications, SigV4a, POST uploads (browser forms: refused, their file unread),
-//!   SelectObjectContent.
+//! - ACLs (accepted and ignored: the one key pair may do everything), ownership controls,
+//!   website, replication, notifications, bucket logging, SigV4a, SelectObjectContent.
 //! - Other conditional writes: `If-Match: *`, `If-None-Match` with an ETag, both at once,
 //!   and deletes conditional on time or size (`NotImplemented`).
 //! - GET/HEAD with `partNumber` on a multipart object completed before the store kept part

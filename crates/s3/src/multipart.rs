@@ -4,6 +4,7 @@ use crate::checksum::{self, Algorithm, Plan};
 use crate::errors::{err, invalid_argument, invalid_request, store_error};
 use crate::fields::*;
 use crate::list::{common_prefixes, nonempty, page_size, url_encoded, Enc};
+use crate::lock::{self, lock_requested};
 use crate::service::RailS3;
 use crate::sse;
 use crate::tagging;
@@ -61,7 +62,6 @@ pub(crate) async fn create_multipart_upload(
     req: S3Request<CreateMultipartUploadInput>,
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
     let S3Request { input, headers, .. } = req;
-    refuse_object_lock(object_lock_requested!(input))?;
     s3.store.head_bucket(&input.bucket).map_err(store_error)?;
     let scheme = sse::write_scheme!(s3, input)?;
     let mechanism = s3.mechanism(&headers, input.storage_class.as_ref())?;
@@ -69,6 +69,13 @@ pub(crate) async fn create_multipart_upload(
     if let Some(t) = &input.tagging {
         tagging::set_stored(&mut options.headers, &tagging::from_header(t)?);
     }
+    // Applied when the upload starts, as S3 does: the default retention counts from here.
+    lock::apply_to_new(
+        s3,
+        &input.bucket,
+        lock_requested!(input),
+        &mut options.headers,
+    )?;
     // The upload's data key, kept with it; each part is encrypted under it as it arrives.
     let sealed = match &scheme {
         Some(scheme) => Some(sse::seal_into(scheme, &s3.keyring, &mut options.headers)?.0),

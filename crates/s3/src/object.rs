@@ -5,6 +5,7 @@ use crate::checksum::{Algorithm, Plan};
 use crate::errors::{err, invalid_request, not_implemented, store_error};
 use crate::fields::*;
 use crate::lifecycle;
+use crate::lock::{self, lock_requested};
 use crate::service::RailS3;
 use crate::sse;
 use crate::tagging;
@@ -192,7 +193,6 @@ pub(crate) async fn put_object(
         trailing_headers,
         ..
     } = req;
-    refuse_object_lock(object_lock_requested!(input))?;
     let condition = write_condition(input.if_match.as_ref(), input.if_none_match.as_ref())?;
     if input.write_offset_bytes.is_some() {
         return Err(not_implemented(
@@ -206,6 +206,12 @@ pub(crate) async fn put_object(
     if let Some(t) = &input.tagging {
         tagging::set_stored(&mut options.headers, &tagging::from_header(t)?);
     }
+    lock::apply_to_new(
+        s3,
+        &input.bucket,
+        lock_requested!(input),
+        &mut options.headers,
+    )?;
     let content_md5 = content_md5(input.content_md5.as_ref())?;
     options.condition = condition;
     let plan = checksum_plan!(input, None, &headers, trailing_headers.as_ref());
@@ -332,6 +338,7 @@ pub(crate) async fn get_object(
     );
     sse::set_sse!(output, sse::Answer::of(sealed.as_ref()));
     output.expiration = lifecycle::expiration_header(&s3.store, &input.bucket, info);
+    lock::set_lock_output!(output, info);
     Ok(S3Response::with_headers(
         output,
         mechanism_headers(&info.mechanism),
@@ -381,6 +388,7 @@ pub(crate) async fn head_object(
     );
     sse::set_sse!(output, sse::Answer::of(sealed.as_ref()));
     output.expiration = lifecycle::expiration_header(&s3.store, &input.bucket, &info);
+    lock::set_lock_output!(output, &info);
     let mut headers = mechanism_headers(&info.mechanism);
     // HeadObjectOutput has no field for it.
     if let Some(n) = tagging::count(&info) {
@@ -407,7 +415,13 @@ pub(crate) async fn delete_object(
     let deleted = match input.version_id.as_deref() {
         Some(v) => s3
             .store
-            .delete_version(&input.bucket, &input.key, v, condition.as_ref())
+            .delete_version(
+                &input.bucket,
+                &input.key,
+                v,
+                condition.as_ref(),
+                input.bypass_governance_retention.unwrap_or(false),
+            )
             .await
             .map_err(store_error)?,
         None => s3
@@ -446,6 +460,7 @@ pub(crate) async fn delete_objects(
     }
     s3.store.head_bucket(&input.bucket).map_err(store_error)?;
     let quiet = input.delete.quiet.unwrap_or(false);
+    let bypass = input.bypass_governance_retention.unwrap_or(false);
     let mut errors = Vec::new();
     let targets: Vec<(String, Option<String>)> = objects
         .iter()
@@ -458,7 +473,7 @@ pub(crate) async fn delete_objects(
             let bucket = input.bucket.clone();
             async move {
                 match v {
-                    Some(v) => store.delete_version(&bucket, &k, &v, None).await,
+                    Some(v) => store.delete_version(&bucket, &k, &v, None, bypass).await,
                     None => store.delete_object_if(&bucket, &k, None).await,
                 }
             }

@@ -41,6 +41,14 @@ pub(crate) async fn put_bucket_versioning(
             ))
         }
     };
+    if state == Versioning::Suspended && crate::lock::enabled(s3, &input.bucket)? {
+        let mut e = S3Error::with_message(
+            s3s::S3ErrorCode::InvalidBucketState,
+            "Versioning cannot be suspended on a bucket with object lock",
+        );
+        e.set_status_code(http::StatusCode::CONFLICT);
+        return Err(e);
+    }
     s3.store
         .set_versioning(&input.bucket, state)
         .await

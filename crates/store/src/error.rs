@@ -97,6 +97,9 @@ pub enum StoreError {
         /// The version id asked for.
         version: String,
     },
+    /// The version is locked (a legal hold, or a retention in force): it stays.
+    #[error("object locked: {0}")]
+    ObjectLocked(String),
     /// The version asked for is a delete marker: it has no body or headers to return.
     #[error("version {0:?} is a delete marker")]
     DeleteMarker(String),

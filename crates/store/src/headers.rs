@@ -1,13 +1,13 @@
-//! Changing an object's stored headers in place (its tags, for one): the object's record is
-//! rewritten with the same body, under the key's lock, so the change is one atomic record
-//! write and no byte of the body is copied.
+//! Changing the stored headers of an object, or of one of its older versions, in place (its
+//! tags, its retention and legal hold): the version's record is rewritten with the same body,
+//! under the key's lock, so the change is one atomic record write and no byte of the body is
+//! copied.
 
 use crate::error::{Result, StoreError};
-use crate::record::{decode, encode, object_key, BodyRef, Kind, ObjectRecord};
-use crate::store::{Entry, Store, Stored};
+use crate::record::object_key;
+use crate::store::{Entry, Store};
 use crate::types::ObjectInfo;
-use railstore_device::{ReadRange, StoreMode};
-use railstore_redundancy::Mechanism;
+use railstore_device::StoreMode;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -21,63 +21,63 @@ impl Store {
         key: &str,
         change: impl FnOnce(&ObjectInfo, &mut BTreeMap<String, String>) -> Result<()>,
     ) -> Result<ObjectInfo> {
+        self.update_version_headers(bucket, key, None, change).await
+    }
+
+    /// `update_object_headers` on one version of the key (`"null"`: its null version; `None`:
+    /// the current object), current or older. A delete marker has no headers to change.
+    pub async fn update_version_headers(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        change: impl FnOnce(&ObjectInfo, &mut BTreeMap<String, String>) -> Result<()>,
+    ) -> Result<ObjectInfo> {
         self.check_open()?;
         let bucket_id = self.bucket_id(bucket)?;
         let rkey = object_key(bucket_id, key);
         let _lock = self.lock(&rkey).await;
-        let (id, entry) = self.entry(bucket, key)?;
-        if id != bucket_id {
-            // The bucket was deleted and made again since its id was read.
+        let (target, record_key) = self.locate(bucket, key, version_id)?;
+        // `locate` builds the record key from the bucket's id now: another id means the bucket
+        // was deleted and made again since `bucket_id` was read.
+        let same_bucket = record_key.len() >= rkey.len() && record_key[1..rkey.len()] == rkey[1..];
+        if !same_bucket {
             return Err(StoreError::NoSuchKey {
                 bucket: bucket.to_string(),
                 key: key.to_string(),
             });
         }
-        let mut info = entry.info.clone();
-        change(&entry.info, &mut info.headers)?;
-        let (body, inline, mechanism) = match &entry.body {
-            Stored::Chunks(c) => (BodyRef::Chunks(c.to_vec()), Vec::new(), None),
-            Stored::Inline => {
-                let (value, _) = self.inner.manager.get(&rkey, ReadRange::ALL).await?;
-                let (rec, bytes): (ObjectRecord, &[u8]) = decode(Kind::Object, &value)?;
-                if rec.body != BodyRef::Inline || rec.info.etag != entry.info.etag {
-                    return Err(StoreError::Corrupt(format!(
-                        "{bucket}/{key}: the record does not match the index"
-                    )));
-                }
-                let mechanism = Mechanism::parse(&info.mechanism)?;
-                (BodyRef::Inline, bytes.to_vec(), Some(mechanism))
-            }
-        };
-        let rec = ObjectRecord {
-            bucket_id,
+        let current = record_key == rkey;
+        let mut info = target.info.clone();
+        change(&target.info, &mut info.headers)?;
+        let updated = Entry {
             info,
-            body,
-            upload_id: entry.upload_id.clone(),
-            seq: entry.seq,
+            body: target.body.clone(),
+            upload_id: target.upload_id.clone(),
+            seq: target.seq,
         };
-        let value = encode(Kind::Object, &rec, &inline);
+        let (value, mechanism) = self.record_value(bucket_id, &updated, &record_key).await?;
         self.inner
             .manager
-            .put(&rkey, &value, StoreMode::Upsert, mechanism)
+            .put(&record_key, &value, StoreMode::Upsert, mechanism)
             .await?;
         // The new entry shares the old one's chunks: nothing is discarded.
-        let updated = Arc::new(Entry {
-            info: rec.info.clone(),
-            body: entry.body.clone(),
-            upload_id: rec.upload_id,
-            seq: entry.seq,
-        });
+        let updated = Arc::new(updated);
         {
             let mut st = self.inner.state.write().unwrap();
-            match st.buckets.get_mut(bucket) {
-                Some(b) if b.id == bucket_id => {
-                    b.objects.insert(key.to_string(), updated);
+            if let Some(b) = st.buckets.get_mut(bucket).filter(|b| b.id == bucket_id) {
+                if current {
+                    b.objects.insert(key.to_string(), updated.clone());
+                } else if let Some(slot) = b
+                    .history
+                    .get_mut(key)
+                    .and_then(|h| h.iter_mut().find(|e| Arc::ptr_eq(e, &target)))
+                {
+                    *slot = updated.clone();
                 }
-                _ => {}
             }
         }
         self.durable().await?;
-        Ok(rec.info)
+        Ok(updated.info.clone())
     }
 }

@@ -15,6 +15,7 @@ pub mod multipart;
 mod open;
 mod record;
 mod repair;
+pub mod retention;
 mod store;
 pub mod types;
 mod versions;

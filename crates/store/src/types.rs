@@ -269,6 +269,30 @@ pub struct ObjectInfo {
     pub delete_marker: bool,
 }
 
+impl Default for ObjectInfo {
+    /// An empty object stored at the epoch, with no key (for tests and builders).
+    fn default() -> Self {
+        ObjectInfo {
+            key: String::new(),
+            size: 0,
+            etag: String::new(),
+            last_modified: SystemTime::UNIX_EPOCH,
+            content_type: None,
+            user_metadata: BTreeMap::new(),
+            headers: BTreeMap::new(),
+            checksums: BTreeMap::new(),
+            mechanism: String::new(),
+            parts: 0,
+            part_sizes: Vec::new(),
+            part_numbers: Vec::new(),
+            part_checksums: Vec::new(),
+            part_annotations: Vec::new(),
+            version_id: None,
+            delete_marker: false,
+        }
+    }
+}
+
 /// A byte range as a request states it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RangeSpec {

@@ -570,12 +570,16 @@ impl Store {
     /// it. When it was the newest, the next newest becomes current (an object is read as the
     /// key's object again; a delete marker hides it). A version that does not exist is `Ok`
     /// with `existed` false, as S3 answers.
+    ///
+    /// A locked version (see [`crate::retention`]) stays and is `ObjectLocked`; a governance
+    /// retention gives way when `bypass_governance`.
     pub async fn delete_version(
         &self,
         bucket: &str,
         key: &str,
         version_id: &str,
         condition: Option<&WriteCondition>,
+        bypass_governance: bool,
     ) -> Result<Deleted> {
         self.check_open()?;
         check_key(key)?;
@@ -599,6 +603,12 @@ impl Store {
             };
             if let Some(c) = condition {
                 c.check(Some(&target.info), bucket, key)?;
+            }
+            let now = crate::retention::now_ms();
+            if let Some(why) =
+                crate::retention::deletion_refused(&target.info, bypass_governance, now)
+            {
+                return Err(StoreError::ObjectLocked(why));
             }
             let was_current = v.current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &target));
             let rest: Vec<&Arc<Entry>> = v

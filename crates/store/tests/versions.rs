@@ -182,7 +182,7 @@ async fn run(store: &Store, step: &Step) -> Result<Option<String>, StoreError> {
         }
         Step::Delete(k) => Ok(store.delete_object_if(BUCKET, k, None).await?.version_id),
         Step::DeleteVersion(k, id) => store
-            .delete_version(BUCKET, k, id, None)
+            .delete_version(BUCKET, k, id, None, false)
             .await
             .map(|_| None),
         Step::Restart => Ok(None),
@@ -379,7 +379,7 @@ async fn a_bucket_with_versions_is_not_empty() {
     ));
     for id in [marker.version_id, put.version_id] {
         let d = store
-            .delete_version(BUCKET, "k", id.as_deref().unwrap(), None)
+            .delete_version(BUCKET, "k", id.as_deref().unwrap(), None, false)
             .await
             .unwrap();
         assert!(d.existed);

@@ -296,20 +296,9 @@ mod tests {
         ObjectInfo {
             key: key.into(),
             size: 3,
-            etag: String::new(),
             last_modified: UNIX_EPOCH + Duration::from_secs(modified_secs),
-            content_type: None,
-            user_metadata: BTreeMap::new(),
-            headers: BTreeMap::new(),
-            checksums: BTreeMap::new(),
             mechanism: "rep3".into(),
-            parts: 0,
-            part_sizes: Vec::new(),
-            part_numbers: Vec::new(),
-            part_checksums: Vec::new(),
-            part_annotations: Vec::new(),
-            version_id: None,
-            delete_marker: false,
+            ..ObjectInfo::default()
         }
     }
 

@@ -115,7 +115,9 @@ async fn expire_objects(
                     report.objects_deleted += 1;
                     tracing::debug!(bucket, key = %info.key, rule, "lifecycle: expired");
                 }
-                Ok(_) | Err(StoreError::PreconditionFailed(_)) => {}
+                Ok(_)
+                | Err(StoreError::PreconditionFailed(_))
+                | Err(StoreError::ObjectLocked(_)) => {}
                 Err(e) => {
                     tracing::warn!(bucket, key = %info.key, error = %e, "lifecycle: delete failed");
                     report.errors += 1;
@@ -232,15 +234,16 @@ async fn expire_key_versions(
             etag: info.etag.clone(),
             last_modified: info.last_modified,
         };
+        // A locked version outlives its lifecycle rule (S3 does the same).
         match store
-            .delete_version(bucket, &info.key, id, Some(&condition))
+            .delete_version(bucket, &info.key, id, Some(&condition), false)
             .await
         {
             Ok(d) if d.existed => {
                 report.versions_deleted += 1;
                 tracing::debug!(bucket, key = %info.key, version = id, "lifecycle: version expired");
             }
-            Ok(_) | Err(StoreError::PreconditionFailed(_)) => {}
+            Ok(_) | Err(StoreError::PreconditionFailed(_)) | Err(StoreError::ObjectLocked(_)) => {}
             Err(e) => {
                 tracing::warn!(bucket, key = %info.key, error = %e, "lifecycle: delete failed");
                 report.errors += 1;

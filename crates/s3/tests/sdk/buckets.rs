@@ -203,8 +203,8 @@ async fn locations_follow_the_configured_region() {
     s.stop().await;
 }
 
-/// No bucket has object lock or ownership controls, and none is public: the answers say so as
-/// AWS says it of such a bucket.
+/// A bucket made without object lock, without ownership controls and not public: the answers
+/// say so as AWS says it of such a bucket.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn absent_object_lock_and_ownership_are_reported_as_absent() {
     use aws_sdk_s3::types::{

@@ -9,6 +9,7 @@ mod encryption;
 mod hostile;
 mod lifecycle;
 mod listing;
+mod lock;
 mod multipart;
 mod objects;
 mod policy;
