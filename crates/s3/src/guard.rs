@@ -236,6 +236,29 @@ pub(crate) fn is_sigv2<B>(req: &Request<B>) -> bool {
         })
 }
 
+/// The longest a presigned URL may be valid, as AWS allows: a week.
+pub(crate) const PRESIGNED_EXPIRES_MAX_SECS: u64 = 604_800;
+
+/// Why a presigned (Version 4) URL's `X-Amz-Expires` is refused, if it is: AWS takes 1 second
+/// to a week. (s3s takes any 32-bit count, a negative one as a malformed request.)
+pub(crate) fn presigned_expiry_refusal<B>(req: &Request<B>) -> Option<String> {
+    let query = req.uri().query().unwrap_or_default();
+    let value = query.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        percent_decode(k)
+            .eq_ignore_ascii_case("X-Amz-Expires")
+            .then(|| percent_decode(v))
+    })?;
+    match value.parse::<i64>() {
+        Ok(n) if n >= 1 && n as u64 <= PRESIGNED_EXPIRES_MAX_SECS => None,
+        Ok(n) if n > 0 => Some(format!(
+            "X-Amz-Expires must be less than a week (in seconds) that is;              {PRESIGNED_EXPIRES_MAX_SECS}, not {n}"
+        )),
+        // The value is not echoed: the answer is XML, and it is the client's text.
+        _ => Some("X-Amz-Expires must be a positive number of seconds".to_string()),
+    }
+}
+
 /// The query's parameter names, percent-decoded (`+` is a space).
 pub(crate) fn query_keys(query: &str) -> impl Iterator<Item = String> + '_ {
     query
@@ -292,6 +315,29 @@ pub(crate) fn bearer(value: &[u8]) -> Option<&[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn presigned_urls_live_a_second_to_a_week() {
+        let at = |q: &str| {
+            let r = Request::builder()
+                .uri(format!("/b/k?{q}"))
+                .body(())
+                .unwrap();
+            presigned_expiry_refusal(&r)
+        };
+        assert_eq!(at("X-Amz-Expires=1"), None);
+        assert_eq!(at("a=b&X-Amz-Expires=604800&c"), None);
+        assert_eq!(
+            at("X-Amz-Signature=x"),
+            None,
+            "no expiry, nothing to refuse"
+        );
+        for bad in ["604801", "609901", "0", "-7", "", "7d"] {
+            let why = at(&format!("X-Amz-Expires={bad}")).expect(bad);
+            assert!(why.contains("X-Amz-Expires"), "{why}");
+        }
+        assert!(at("x-amz-expires=-1").is_some(), "the name in any case");
+    }
 
     #[test]
     fn sigv2_and_bearer_are_recognised() {

@@ -545,6 +545,14 @@ impl Router {
                  Signature Version 4 (or set [server] sigv2 = true).",
             )));
         }
+        if let Some(why) = guard::presigned_expiry_refusal(&req) {
+            // Before s3s, and before any body byte is read.
+            return Ok(closing(xml_error(
+                StatusCode::FORBIDDEN,
+                "AuthorizationQueryParametersError",
+                &why,
+            )));
+        }
         if guard::is_form_post(&req) {
             return Ok(self.form_post(req).await);
         }
