@@ -110,6 +110,7 @@ mod multipart;
 mod object;
 mod policy;
 mod post;
+mod request_id;
 mod server;
 mod service;
 mod sse;

@@ -439,6 +439,13 @@ struct Router {
 
 impl Router {
     async fn route(&self, req: Request<Incoming>) -> Result<Response<s3s::Body>, HttpError> {
+        let id = crate::request_id::next();
+        let mut resp = self.answer(req).await?;
+        crate::request_id::stamp(&mut resp, &id);
+        Ok(resp)
+    }
+
+    async fn answer(&self, req: Request<Incoming>) -> Result<Response<s3s::Body>, HttpError> {
         let idle = self.limits.body_idle_timeout;
         let req = req.map(|b| IdleBody::new(b, idle));
         let header_bytes: usize = req
