@@ -199,7 +199,7 @@ pub(crate) async fn list_objects(
     let contents = listed_objects(&page, &l.enc, Some(owner()));
     // S3 gives NextMarker only with a delimiter; without one the last key is the marker.
     let next_marker = next_marker(&page, &l.enc).filter(|_| delimiter.is_some());
-    Ok(S3Response::new(listing_output!(
+    let mut output = listing_output!(
         ListObjectsOutput {
             marker: Some(l.enc.s(input.marker.as_deref().unwrap_or_default())),
             contents: (!contents.is_empty()).then_some(contents),
@@ -208,5 +208,9 @@ pub(crate) async fn list_objects(
         input,
         l,
         page
-    )))
+    );
+    // Version 1 echoes its prefix as given, even with `encoding-type=url` (as S3 does, and as
+    // the SDKs expect: they decode V1's keys and markers, not its prefix).
+    output.prefix = Some(l.prefix.clone());
+    Ok(S3Response::new(output))
 }

@@ -190,6 +190,18 @@ async fn list_url_encoding() {
         .await
         .unwrap();
     assert_eq!(out.contents()[0].key(), Some("sp%20ace/%C3%A9%2B%25"));
+    let out = s
+        .list_v1_request(&b)
+        .prefix("sp ace/")
+        .encoding_type(EncodingType::Url)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.prefix(),
+        Some("sp ace/"),
+        "V1 echoes its prefix unencoded"
+    );
     // Without it, keys come as they are.
     let out = s.list_v2_request(&b).prefix("sp").send().await.unwrap();
     assert_eq!(out.contents()[0].key(), Some("sp ace/é+%"));
