@@ -238,13 +238,9 @@ impl EcEngines {
     }
 
     fn parse(engine: Option<&str>, offload: Option<&str>, min: Option<usize>) -> Result<Self> {
+        // "auto" is matched below, so `from_name` never probes the machine here.
         let name = |key: &str, n: &str| {
-            Engine::ALL
-                .into_iter()
-                .find(|e| e.name() == n)
-                .ok_or_else(|| {
-                    RedundancyError::Config(format!("{key}: {}", EcError::UnknownEngine(n.into())))
-                })
+            Engine::from_name(n).map_err(|e| RedundancyError::Config(format!("{key}: {e}")))
         };
         let engine = match engine {
             None | Some("auto") => None,

@@ -58,7 +58,6 @@ pub(crate) fn err(code: S3ErrorCode, msg: impl Into<String>) -> S3Error {
     S3Error::with_message(code, msg.into())
 }
 
-/// `InvalidArgument` with a message.
 /// A bucket configuration that is not set (CORS, tagging, encryption): 404, as S3.
 pub(crate) fn no_configuration(code: S3ErrorCode, msg: &str) -> S3Error {
     let mut e = err(code, msg);
@@ -66,6 +65,7 @@ pub(crate) fn no_configuration(code: S3ErrorCode, msg: &str) -> S3Error {
     e
 }
 
+/// `InvalidArgument` with a message.
 pub(crate) fn invalid_argument(msg: impl Into<String>) -> S3Error {
     err(S3ErrorCode::InvalidArgument, msg)
 }
@@ -73,6 +73,13 @@ pub(crate) fn invalid_argument(msg: impl Into<String>) -> S3Error {
 /// `InvalidRequest` with a message.
 pub(crate) fn invalid_request(msg: impl Into<String>) -> S3Error {
     err(S3ErrorCode::InvalidRequest, msg)
+}
+
+/// `InvalidBucketState`: the bucket's state forbids the request (409, as S3).
+pub(crate) fn invalid_bucket_state(msg: &str) -> S3Error {
+    let mut e = err(S3ErrorCode::InvalidBucketState, msg);
+    e.set_status_code(http::StatusCode::CONFLICT);
+    e
 }
 
 /// `NotImplemented` with a message.

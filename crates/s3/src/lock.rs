@@ -7,7 +7,9 @@
 //! `Enabled MODE years N` with a default retention. Lock cannot be turned off, and versioning
 //! of a bucket with lock cannot be suspended (`versioning.rs` asks [`enabled`]).
 
-use crate::errors::{err, invalid_argument, invalid_request, no_configuration, store_error};
+use crate::errors::{
+    err, invalid_argument, invalid_bucket_state, invalid_request, no_configuration, store_error,
+};
 use crate::service::RailS3;
 use http::StatusCode;
 use railstore_store::retention::{self, LockMode, Retention};
@@ -76,12 +78,6 @@ fn malformed(msg: impl Into<String>) -> S3Error {
     err(S3ErrorCode::MalformedXML, msg)
 }
 
-fn invalid_bucket_state(msg: &str) -> S3Error {
-    let mut e = err(S3ErrorCode::InvalidBucketState, msg);
-    e.set_status_code(StatusCode::CONFLICT);
-    e
-}
-
 /// The refusal of retention and legal-hold requests on a bucket without object lock.
 fn no_lock() -> S3Error {
     invalid_request("Bucket is missing Object Lock Configuration")
@@ -97,7 +93,8 @@ fn ms_of(t: &Timestamp) -> i64 {
     (t.unix_timestamp_nanos() / 1_000_000) as i64
 }
 
-fn timestamp_of(ms: i64) -> S3Result<Timestamp> {
+/// A stored retain-until time as S3 sends it.
+pub(crate) fn timestamp_of(ms: i64) -> S3Result<Timestamp> {
     time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
         .map(Timestamp::from)
         .map_err(|_| invalid_argument("The retain-until date is out of range"))
@@ -261,7 +258,8 @@ macro_rules! set_lock_output {
         if let Some(r) = railstore_store::retention::retention($info) {
             $output.object_lock_mode =
                 Some(s3s::dto::ObjectLockMode::from(r.mode.as_str().to_string()));
-            $output.object_lock_retain_until_date = crate::lock::timestamp(r.until_ms);
+            // A stored time is always in range.
+            $output.object_lock_retain_until_date = crate::lock::timestamp_of(r.until_ms).ok();
         }
         if railstore_store::retention::legal_hold($info) {
             $output.object_lock_legal_hold_status =
@@ -270,11 +268,6 @@ macro_rules! set_lock_output {
     };
 }
 pub(crate) use set_lock_output;
-
-/// A stored retain-until time as S3 sends it (none if out of range, which a stored one is not).
-pub(crate) fn timestamp(ms: i64) -> Option<Timestamp> {
-    timestamp_of(ms).ok()
-}
 
 /// The version a retention or legal-hold request names, in a bucket with object lock.
 fn version_in_lock_bucket(

@@ -42,12 +42,9 @@ pub(crate) async fn put_bucket_versioning(
         }
     };
     if state == Versioning::Suspended && crate::lock::enabled(s3, &input.bucket)? {
-        let mut e = S3Error::with_message(
-            s3s::S3ErrorCode::InvalidBucketState,
+        return Err(crate::errors::invalid_bucket_state(
             "Versioning cannot be suspended on a bucket with object lock",
-        );
-        e.set_status_code(http::StatusCode::CONFLICT);
-        return Err(e);
+        ));
     }
     s3.store
         .set_versioning(&input.bucket, state)
