@@ -1632,6 +1632,48 @@ impl FileDevice {
             .collect()
     }
 
+    /// Why the device's files no longer hold what it wrote, if they do not: its directory or
+    /// file is gone, or a segment file is missing or shorter than the log made durable in it
+    /// (removed or truncated under the running device). An open file keeps working after it
+    /// is unlinked, so writes alone would never notice; the array checks this periodically.
+    /// Blocking (file metadata).
+    pub fn vanished(&self) -> Option<String> {
+        use std::os::unix::fs::FileTypeExt;
+        let root = self.dir();
+        let meta = match std::fs::metadata(root) {
+            Ok(m) => m,
+            Err(e) => return Some(format!("{} is gone ({e})", root.display())),
+        };
+        let (durable_seg, durable_off) = self.durable_position();
+        for ext in self.segment_extents() {
+            let durable_len = match ext.id.cmp(&durable_seg) {
+                std::cmp::Ordering::Less => ext.len,
+                std::cmp::Ordering::Equal => durable_off.min(ext.len),
+                std::cmp::Ordering::Greater => continue,
+            };
+            let m = if ext.path == root {
+                meta.clone()
+            } else {
+                match std::fs::metadata(&ext.path) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        return Some(format!("segment file {} is gone ({e})", ext.path.display()))
+                    }
+                }
+            };
+            // A block device reports no length; its size cannot shrink under us.
+            if !m.file_type().is_block_device() && m.len() < ext.offset + durable_len {
+                return Some(format!(
+                    "{} holds {} bytes, less than the {} written to it",
+                    ext.path.display(),
+                    m.len(),
+                    ext.offset + durable_len
+                ));
+            }
+        }
+        None
+    }
+
     /// `(segment id, offset)`: the log up to here is known durable. Bytes past it may be lost
     /// or torn by a power failure (crash tests tear exactly there).
     pub fn durable_position(&self) -> (u64, u64) {

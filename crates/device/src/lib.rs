@@ -17,7 +17,8 @@
 //! - [`faulty::FaultyDevice`]: injects fail-stop, transient errors, bit flips, latency spikes
 //!   and crashes that drop unsynced writes;
 //! - [`metered::MeteredDevice`]: counts operations and bytes and records latency histograms;
-//! - [`retry::RetryingDevice`]: retries operations that failed transiently.
+//! - [`retry::RetryingDevice`]: retries operations that failed transiently;
+//! - [`slot::DeviceSlot`]: a place in an array whose device is swapped by an online replace.
 
 #![warn(missing_docs)]
 
@@ -32,6 +33,7 @@ pub mod mem;
 pub mod metered;
 pub mod retry;
 pub mod sim;
+pub mod slot;
 mod uring;
 
 pub use api::{
@@ -48,6 +50,7 @@ pub use mem::{MemConfig, MemDevice};
 pub use metered::{MeteredDevice, OpKind, OpStats};
 pub use retry::RetryingDevice;
 pub use sim::{SimConfig, SimDevice, SimStats};
+pub use slot::DeviceSlot;
 
 /// Entry points shared by the fuzz targets (`fuzz/`) and the stable random-bytes tests, so CI
 /// exercises the same code the fuzzer does.

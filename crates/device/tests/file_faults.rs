@@ -749,3 +749,44 @@ fn segments_allocated_ahead_are_trimmed_at_seal_and_recover_cleanly() {
         }
     });
 }
+
+/// Files removed or truncated under a running device: its open descriptors keep working, so
+/// only `vanished` notices (the array's device watch calls it).
+#[test]
+fn vanished_notices_files_removed_or_truncated_under_the_device() {
+    for damage in ["truncate", "remove files", "remove folder"] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev");
+        let dev = FileDevice::open(&path, config()).unwrap();
+        runtime().block_on(async {
+            for i in 0..24u32 {
+                let k = format!("k{i}");
+                dev.store(k.as_bytes(), &value(i, 8000), StoreMode::Upsert)
+                    .await
+                    .unwrap();
+            }
+            dev.sync().await.unwrap();
+        });
+        assert_eq!(dev.vanished(), None, "an intact device");
+        let segs = dev.segment_extents();
+        match damage {
+            "truncate" => {
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&segs[0].path)
+                    .unwrap();
+                f.set_len(0).unwrap();
+            }
+            "remove files" => {
+                for s in &segs {
+                    std::fs::remove_file(&s.path).unwrap();
+                }
+            }
+            _ => std::fs::remove_dir_all(&path).unwrap(),
+        }
+        let why = dev.vanished();
+        assert!(why.is_some(), "{damage} went unnoticed");
+        eprintln!("{damage}: {}", why.unwrap());
+        dev.crash();
+    }
+}

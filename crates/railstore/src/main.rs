@@ -1,5 +1,6 @@
 //! The `railstore` command line: picks devices and coders and runs the jobs.
 
+mod admin_cmd;
 mod mttdl_cmd;
 mod s3_bench_cmd;
 mod server_cmd;
@@ -33,6 +34,16 @@ enum Command {
     Scrub(server_cmd::ScrubArgs),
     /// Rebuild one device of the array from the others (offline).
     Rebuild(server_cmd::RebuildArgs),
+    /// Take devices out of service or replace them on a running server (admin API).
+    Device {
+        #[command(subcommand)]
+        what: admin_cmd::DeviceCommand,
+    },
+    /// Progress of the rebuild a running server performs (admin API).
+    Repair {
+        #[command(subcommand)]
+        what: admin_cmd::RepairCommand,
+    },
     /// Benchmark the erasure coders the way EC-Bench does (encode/decode sweeps over k, m,
     /// chunk size, engine and threads).
     EcBench(Box<EcBenchArgs>),
@@ -94,6 +105,8 @@ fn main() -> anyhow::Result<()> {
             logging();
             server_cmd::rebuild(&args)
         }
+        Command::Device { what } => admin_cmd::device(&what),
+        Command::Repair { what } => admin_cmd::repair(&what),
         Command::EcBench(args) => railstore_bench::ec::run(&args).map(|_| ()),
         Command::Mttdl(args) => mttdl_cmd::run(&args),
         Command::Sim(args) => sim_cmd::run(&args),

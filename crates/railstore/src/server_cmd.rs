@@ -7,7 +7,7 @@ use railstore_store::{
     RepairOptions, RepairProgress, RepairReport, Store, StoreConfig, StoreStatus, EXAMPLE_TOML,
 };
 use serde::Deserialize;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -58,6 +58,9 @@ pub struct ServerSection {
     pub sigv2: bool,
     /// Bearer token `/metrics` and `/status` require; open without one.
     pub operator_token: Option<String>,
+    /// Bearer token of the admin API (`/admin/v1/…`); by default one made at first start in
+    /// the data folder's `admin-token` file.
+    pub admin_token: Option<String>,
     /// The file holding the master key of SSE-S3 and KMS (made on first start); by default
     /// `sse-master.key` in the data folder.
     pub sse_master_key_file: Option<PathBuf>,
@@ -127,6 +130,7 @@ impl Default for ServerSection {
             post_form_bytes_max: default_post_form_bytes_max(),
             sigv2: false,
             operator_token: None,
+            admin_token: None,
             sse_master_key_file: None,
             lifecycle_interval_s: default_lifecycle_interval_s(),
         }
@@ -150,6 +154,7 @@ impl ServerSection {
             },
             sigv2: self.sigv2,
             operator_token: self.operator_token.clone(),
+            admin_token: self.admin_token.clone(),
             keyring: railstore_s3::Keyring::default(),
         }
     }
@@ -214,14 +219,11 @@ pub fn credentials(server: &ServerSection, data_dir: &Path) -> Result<(String, S
     use rand::Rng;
     let mut rng = rand::thread_rng();
     const UPPER: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
-    const ANY: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     let access: String = "RS"
         .chars()
         .chain((0..18).map(|_| UPPER[rng.gen_range(0..UPPER.len())] as char))
         .collect();
-    let secret: String = (0..40)
-        .map(|_| ANY[rng.gen_range(0..ANY.len())] as char)
-        .collect();
+    let secret = random_text(40);
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("creating {}", data_dir.display()))?;
     let text = format!(
@@ -230,6 +232,16 @@ pub fn credentials(server: &ServerSection, data_dir: &Path) -> Result<(String, S
     );
     write_private(&path, &text)?;
     Ok((access, secret, true))
+}
+
+/// `len` random letters and digits (secret keys, tokens).
+pub fn random_text(len: usize) -> String {
+    use rand::Rng;
+    const ANY: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::thread_rng();
+    (0..len)
+        .map(|_| ANY[rng.gen_range(0..ANY.len())] as char)
+        .collect()
 }
 
 /// Takes group and other permissions away from an existing data folder or credentials file
@@ -261,7 +273,7 @@ fn keep_private(path: &Path) {
     }
 }
 
-fn write_private(path: &Path, text: &str) -> Result<()> {
+pub fn write_private(path: &Path, text: &str) -> Result<()> {
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true).create_new(true);
     #[cfg(unix)]
@@ -449,7 +461,15 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
                 }
             });
         }
+        match store.resume_repairs().await {
+            Ok(d) if !d.is_empty() => {
+                tracing::warn!(devices = ?d, "resuming the rebuild a restart cut off")
+            }
+            Ok(_) => {}
+            Err(e) => tracing::error!(error = %e, "resuming a rebuild cut off by a restart"),
+        }
         let mut s3 = server.s3_config(access_key, secret_key);
+        s3.admin_token = Some(crate::admin_cmd::serve_admin_token(&server, &cfg.data_dir)?);
         let key_file = server
             .sse_master_key_file
             .clone()
@@ -560,26 +580,13 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
-/// GET `path` from a server over plain HTTP/1.1; returns the body.
 /// GETs `path` from the server's operator endpoints, with the operator token when one is set.
 fn http_get(addr: &str, path: &str, token: Option<&str>) -> Result<String> {
-    let mut s =
-        std::net::TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
-    )?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp)?;
-    let (head, body) = resp
-        .split_once("\r\n\r\n")
-        .context("a malformed HTTP response")?;
-    if !head.starts_with("HTTP/1.1 200") {
-        bail!("{addr}{path}: {}", head.lines().next().unwrap_or(""));
+    let (code, body) = crate::admin_cmd::request(addr, "GET", path, token)?;
+    if code != 200 {
+        bail!("{addr}{path}: {code}: {}", body.trim());
     }
-    Ok(body.to_string())
+    Ok(body)
 }
 
 pub fn status(args: &StatusArgs) -> Result<()> {

@@ -494,3 +494,115 @@ fn serve_takes_its_limits_and_operator_token_from_the_configuration() {
         "the token is in the log:\n{log}"
     );
 }
+
+/// `railstore` with these arguments: (success, stdout and stderr).
+fn cli(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
+        .args(args)
+        .env_remove("RAILSTORE_ADMIN_TOKEN")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// The admin API from the command line: a device failed and replaced on a running server
+/// while it serves, the admin token found in the data folder, wrong or missing tokens refused.
+#[test]
+fn a_device_is_failed_and_replaced_on_a_running_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_file(dir.path());
+    let data = dir.path().join("data");
+    let mut served = Served::start(
+        Command::new(env!("CARGO_BIN_EXE_railstore"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .arg("--data")
+            .arg(&data)
+            .args(["--listen", "127.0.0.1:0"])
+            .env("RAILSTORE_ACCESS_KEY", "admin-test")
+            .env("RAILSTORE_SECRET_KEY", "admin-test-secret-0123"),
+    );
+    let endpoint = endpoint_of(&mut served);
+    let addr = endpoint.trim_start_matches("http://").to_string();
+    let (ok, errors, out) = load(&endpoint, "admin-test", "admin-test-secret-0123");
+    assert!(ok && errors == 0, "{out}");
+
+    // Without the token, or with a wrong one, nothing happens.
+    let (status, _) = http_get(&endpoint, "/admin/v1/status", "");
+    assert!(status.contains(" 401 "), "{status}");
+    let (ok, out) = cli(&[
+        "device",
+        "fail",
+        "3",
+        "--server",
+        &addr,
+        "--admin-token",
+        "wrong-wrong-wrong-wrong",
+    ]);
+    assert!(!ok && out.contains("401"), "{out}");
+    let token = std::fs::read_to_string(data.join("admin-token")).unwrap();
+    let (status, body) = http_get(
+        &endpoint,
+        "/admin/v1/status",
+        &format!("Authorization: Bearer {}\r\n", token.trim()),
+    );
+    assert!(status.contains(" 200 "), "{status}");
+    let s: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(s["devices"][3]["healthy"], true, "{body}");
+
+    // A device in service is not replaced.
+    let with = |args: &[&str]| {
+        let mut a = args.to_vec();
+        a.extend(["--server", &addr, "--data", data.to_str().unwrap()]);
+        cli(&a)
+    };
+    let (ok, out) = with(&["device", "replace", "3"]);
+    assert!(!ok && out.contains("in service"), "{out}");
+    let (ok, out) = with(&["device", "fail", "3", "--reason", "pulled for the test"]);
+    assert!(ok, "{out}");
+    let (_, body) = http_get(&endpoint, "/status", "");
+    let s: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(s["devices"][3]["healthy"], false, "{body}");
+    assert_eq!(s["devices"][3]["error"], "pulled for the test", "{body}");
+    let (ok, out) = with(&["repair", "status"]);
+    assert!(ok && out.contains("no rebuild"), "{out}");
+    // Reads go on around the failed device.
+    let (ok, errors, out) = load(&endpoint, "admin-test", "admin-test-secret-0123");
+    assert!(ok && errors == 0, "{out}");
+
+    let (ok, out) = with(&["device", "replace", "3"]);
+    assert!(ok && out.contains("finished"), "{out}");
+    let (ok, out) = with(&["repair", "status", "--json"]);
+    assert!(ok, "{out}");
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (&r["running"], &r["device"], &r["objects_lost"], &r["error"]),
+        (
+            &serde_json::json!(false),
+            &serde_json::json!(3),
+            &serde_json::json!(0),
+            &serde_json::Value::Null
+        ),
+        "{out}"
+    );
+    assert!(r["items_done"].as_u64().unwrap() > 0, "{out}");
+    let (_, body) = http_get(&endpoint, "/status", "");
+    let s: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(s["devices"][3]["healthy"], true, "{body}");
+    assert_eq!(s["devices"][3]["recorded"], "ok", "{body}");
+    let (_, metrics) = http_get(&endpoint, "/metrics", "");
+    assert!(metrics.contains("railstore_rebuild_running 0"), "{metrics}");
+    let (ok, errors, out) = load(&endpoint, "admin-test", "admin-test-secret-0123");
+    assert!(ok && errors == 0, "{out}");
+    let (status, log) = served.terminate();
+    assert!(status.success(), "{log}");
+    assert!(!log.contains(token.trim()), "the admin token is in the log");
+}

@@ -77,6 +77,9 @@ pub enum RedundancyError {
     /// A configuration that cannot work.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A rebuild or scrub was stopped before it finished (`RepairProgress::cancel`).
+    #[error("stopped before it finished")]
+    Cancelled,
     /// A device failed in a way the manager cannot hide.
     #[error("device {device}: {source}")]
     Device {

@@ -44,6 +44,9 @@ pub struct RepairProgress {
     pub pieces_repaired: AtomicU64,
     /// Bytes written to devices.
     pub bytes_written: AtomicU64,
+    /// Set to stop the repair: items not started are skipped and it returns
+    /// [`RedundancyError::Cancelled`] (a store shutting down mid-rebuild).
+    pub cancel: std::sync::atomic::AtomicBool,
 }
 
 /// What a rebuild or scrub found and did.
@@ -158,6 +161,9 @@ impl Inner {
                 with_values: false,
             };
             loop {
+                if progress.cancel.load(Ordering::Relaxed) {
+                    return Err(RedundancyError::Cancelled);
+                }
                 let batch = match self.io.iterate(d, &req).await {
                     Ok(b) => b,
                     // A device that leaves service during the walk is walked no further: the
@@ -220,6 +226,9 @@ impl Inner {
             stream::iter(items).for_each_concurrent(
                 options.concurrency.max(1),
                 move |item| async move {
+                    if progress.cancel.load(Ordering::Relaxed) {
+                        return;
+                    }
                     let before = self.io.counters.repairs.load(Ordering::Relaxed);
                     match item {
                         Item::Object(key) => {
@@ -276,6 +285,9 @@ impl Inner {
                 .collect(),
         )
         .await;
+        if progress.cancel.load(Ordering::Relaxed) {
+            return Err(RedundancyError::Cancelled);
+        }
         let mut r = report.into_inner().unwrap();
         r.pieces_repaired = progress.pieces_repaired.load(Ordering::Relaxed);
         r.bytes_written = self.io.counters.store_bytes.load(Ordering::Relaxed) - written0;

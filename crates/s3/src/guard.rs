@@ -266,7 +266,8 @@ pub(crate) fn query_keys(query: &str) -> impl Iterator<Item = String> + '_ {
         .map(|kv| percent_decode(kv.split('=').next().unwrap_or_default()))
 }
 
-fn percent_decode(s: &str) -> String {
+/// Percent-decodes a query component (`+` is a space).
+pub(crate) fn percent_decode(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

@@ -95,6 +95,7 @@
 mod fields;
 
 mod access;
+pub mod admin;
 mod attributes;
 mod body;
 mod bucket;

@@ -46,6 +46,9 @@ pub struct S3Config {
     /// When set, `GET /metrics` and `GET /status` require `Authorization: Bearer <token>`
     /// (others get 401). When `None` they are open to anyone who can reach the listener.
     pub operator_token: Option<String>,
+    /// The bearer token of the admin API (`/admin/v1/…`, [`crate::admin`]); `None` turns the
+    /// API off.
+    pub admin_token: Option<String>,
     /// The master key of SSE-S3 and KMS ([`crate::Keyring::load_or_create`]); without one they are
     /// refused (SSE-C needs none).
     pub keyring: crate::Keyring,
@@ -94,6 +97,7 @@ impl Default for S3Config {
             limits: Limits::default(),
             sigv2: false,
             operator_token: None,
+            admin_token: None,
             keyring: crate::Keyring::default(),
         }
     }
@@ -112,6 +116,10 @@ impl std::fmt::Debug for S3Config {
             .field(
                 "operator_token",
                 &self.operator_token.as_ref().map(|_| "<hidden>"),
+            )
+            .field(
+                "admin_token",
+                &self.admin_token.as_ref().map(|_| "<hidden>"),
             )
             .field("keyring", &self.keyring)
             .finish()
@@ -192,6 +200,15 @@ pub fn s3_service(store: Store, cfg: &S3Config) -> Result<S3Service, ServeError>
     {
         return Err(ServeError::Config(
             "the operator token must not be empty".into(),
+        ));
+    }
+    if cfg
+        .admin_token
+        .as_deref()
+        .is_some_and(|t| t.trim().len() < 16)
+    {
+        return Err(ServeError::Config(
+            "the admin token must be at least 16 characters".into(),
         ));
     }
     let access_store = store.clone();
@@ -281,6 +298,7 @@ pub async fn bind(store: Store, cfg: S3Config) -> Result<Server, ServeError> {
             limits: cfg.limits,
             sigv2: cfg.sigv2,
             operator_token: cfg.operator_token,
+            admin_token: cfg.admin_token,
             domain: cfg.domain,
         }),
     })
@@ -433,6 +451,7 @@ struct Router {
     limits: Limits,
     sigv2: bool,
     operator_token: Option<String>,
+    admin_token: Option<String>,
     /// For virtual-hosted-style bucket names (CORS reads them before s3s).
     domain: Option<String>,
 }
@@ -543,6 +562,11 @@ impl Router {
                 }
                 _ => {}
             }
+        }
+        if req.uri().path().starts_with(crate::admin::PREFIX) && !is_signed(&req) {
+            // Authenticated by its own token; no body is read.
+            let resp = crate::admin::answer(&self.store, self.admin_token.as_deref(), &req).await;
+            return Ok(resp.map(s3s::Body::from));
         }
         if !self.sigv2 && guard::is_sigv2(&req) {
             return Ok(closing(xml_error(

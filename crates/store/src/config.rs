@@ -55,6 +55,30 @@ pub struct SeparationConfig {
     pub journal_copies: Option<usize>,
 }
 
+/// Online repair: how a device that lost its data is noticed, and how hard a rebuild while
+/// serving may push the devices (docs/admin.md).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RepairConfig {
+    /// How often each device's files are checked; a device whose folder or files vanished or
+    /// shrank is taken out of service. Zero: never.
+    pub watch_interval: Duration,
+    /// Objects rebuilt at once by a rebuild while serving (foreground requests keep the rest
+    /// of each device's queue).
+    pub concurrency: usize,
+    /// Most bytes per second such a rebuild writes; `None`: no limit.
+    pub write_bytes_per_s_max: Option<u64>,
+}
+
+impl Default for RepairConfig {
+    fn default() -> Self {
+        RepairConfig {
+            watch_interval: Duration::from_secs(2),
+            concurrency: 4,
+            write_bytes_per_s_max: None,
+        }
+    }
+}
+
 /// Everything `Store::open` needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoreConfig {
@@ -75,6 +99,8 @@ pub struct StoreConfig {
     pub part_bytes_min: u64,
     /// Largest object (S3: 5 TiB).
     pub object_bytes_max: u64,
+    /// Online repair.
+    pub repair: RepairConfig,
 }
 
 /// How long a device operation may take before the store gives up on it (a read error, or the
@@ -122,6 +148,7 @@ impl Default for StoreConfig {
             chunk_bytes: 8 << 20,
             part_bytes_min: 5 << 20,
             object_bytes_max: 5 << 40,
+            repair: RepairConfig::default(),
         }
     }
 }
@@ -155,6 +182,9 @@ post_form_bytes_max = 65536
 sigv2 = false
 # Bearer token that GET /metrics and GET /status require; without one they are open.
 # operator_token = "..."
+# Bearer token of the admin API (/admin/v1/..., railstore device and repair); default: one
+# made at first start in <data_dir>/admin-token (mode 0600).
+# admin_token = "..."
 # The master key of SSE-S3 and KMS objects (64 hex digits), made at first start. Back it up
 # apart from the devices: without it those objects cannot be read. Default:
 # <data_dir>/sse-master.key.
@@ -220,6 +250,15 @@ chunk_bytes = 8388608
 # Smallest multipart part other than the last.
 part_bytes_min = 5242880
 object_bytes_max = 5497558138880
+
+[repair]
+# Milliseconds between checks of each device's files: a device whose folder or files vanish or
+# shrink under the server is taken out of service (0: never check).
+watch_interval_ms = 2000
+# A rebuild while serving (railstore device replace): objects rebuilt at once, and the most
+# bytes per second it writes (0: no limit).
+concurrency = 4
+write_bytes_per_s_max = 0
 "#;
 
 #[derive(Deserialize)]
@@ -230,6 +269,15 @@ struct FileConfig {
     redundancy: Option<toml::Table>,
     separation: Option<SeparationSection>,
     objects: Option<ObjectsSection>,
+    repair: Option<RepairSection>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RepairSection {
+    watch_interval_ms: Option<u64>,
+    concurrency: Option<usize>,
+    write_bytes_per_s_max: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -317,6 +365,20 @@ impl StoreConfig {
             c.part_bytes_min = o.part_bytes_min.unwrap_or(c.part_bytes_min);
             c.object_bytes_max = o.object_bytes_max.unwrap_or(c.object_bytes_max);
         }
+        if let Some(r) = f.repair {
+            let base = c.repair;
+            c.repair = RepairConfig {
+                watch_interval: r
+                    .watch_interval_ms
+                    .map_or(base.watch_interval, Duration::from_millis),
+                concurrency: r.concurrency.unwrap_or(base.concurrency),
+                write_bytes_per_s_max: match r.write_bytes_per_s_max {
+                    Some(0) => None,
+                    Some(n) => Some(n),
+                    None => base.write_bytes_per_s_max,
+                },
+            };
+        }
         c.validate()?;
         Ok(c)
     }
@@ -328,6 +390,17 @@ impl StoreConfig {
         } else {
             self.devices.paths.len()
         }
+    }
+
+    /// Device losses every object of the policy survives.
+    pub fn tolerance(&self) -> usize {
+        self.manager
+            .policy
+            .mechanisms()
+            .iter()
+            .map(|m| m.tolerance())
+            .min()
+            .unwrap_or(0)
     }
 
     /// Checks what can be checked without opening anything.
@@ -344,6 +417,11 @@ impl StoreConfig {
                 "chunk_bytes must be 1 to {} (the largest manager object)",
                 self.manager.object_bytes_max
             )));
+        }
+        if self.repair.concurrency == 0 {
+            return Err(StoreError::Config(
+                "[repair] concurrency must be at least 1".into(),
+            ));
         }
         if self.inline_bytes_max > self.chunk_bytes {
             return Err(StoreError::Config(

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 /// One opened device.
+#[derive(Clone)]
 pub(crate) struct Opened {
     /// What the layers above use.
     pub device: Arc<dyn Device>,

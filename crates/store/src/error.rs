@@ -87,6 +87,10 @@ pub enum StoreError {
     /// A request argument out of its range.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The request conflicts with the array's state (a device still in service, a repair
+    /// already running).
+    #[error("{0}")]
+    Conflict(String),
     /// No version of the key with that version id.
     #[error("no version {version:?} of {key:?} in bucket {bucket:?}")]
     NoSuchVersion {

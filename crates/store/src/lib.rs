@@ -12,6 +12,7 @@ mod listing;
 mod load;
 pub mod metrics;
 pub mod multipart;
+mod online;
 mod open;
 mod record;
 mod repair;
@@ -20,12 +21,15 @@ mod store;
 pub mod types;
 mod versions;
 
-pub use config::{DeviceKind, DevicesConfig, SeparationConfig, StoreConfig, EXAMPLE_TOML};
+pub use config::{
+    DeviceKind, DevicesConfig, RepairConfig, SeparationConfig, StoreConfig, EXAMPLE_TOML,
+};
 pub use error::{Result, StoreError};
 pub use identity::{DeviceHealth, NotCurrent};
 pub use load::LoadReport;
 pub use metrics::{DeviceStatus, StoreStatus};
 pub use multipart::{multipart_etag, PART_NUMBER_MAX};
+pub use online::RepairStatus;
 pub use railstore_redundancy::{Mechanism, RepairOptions, RepairProgress, RepairReport};
 pub use store::{check_bucket_name, Store, KEY_BYTES_MAX};
 pub use types::{

@@ -49,7 +49,7 @@ pub struct DeviceStatus {
     pub used_bytes: u64,
     /// Keys it holds.
     pub keys: u64,
-    /// Serving; false once it failed.
+    /// Serving reads and writes; false once it failed, and while it is rebuilt.
     pub healthy: bool,
     /// Why it is not, when it is not.
     pub error: Option<String>,
@@ -81,6 +81,9 @@ pub struct StoreStatus {
     pub object_bytes: u64,
     /// Multipart uploads in progress.
     pub uploads: usize,
+    /// The rebuild running, or the last one since the server started.
+    #[serde(default)]
+    pub repair: Option<crate::online::RepairStatus>,
 }
 
 fn role_name(r: Role) -> &'static str {
@@ -99,8 +102,9 @@ impl Store {
         let layout = inner.manager.layout();
         let mut devices = Vec::new();
         for (i, o) in inner.devices.iter().enumerate() {
+            let o = o.lock().unwrap().clone();
             let info = o.device.info().await;
-            let failed = inner.manager.devices().is_failed(i);
+            let failed = !inner.manager.devices().readable(i);
             let recorded = inner.identity.as_ref().map(|id| id.health(i));
             let snap = snaps.as_ref().map(|s| s[i].clone());
             devices.push(DeviceStatus {
@@ -143,6 +147,7 @@ impl Store {
                 .map(|e| e.info.size)
                 .sum(),
             uploads: st.buckets.values().map(|b| b.uploads.len()).sum(),
+            repair: self.repair_status(),
         }
     }
 
@@ -289,6 +294,34 @@ impl Store {
             "gauge",
             "Device capacity.",
             &per_device(&|d| d.capacity_bytes),
+        );
+        let repair = status.repair.as_ref();
+        let rebuild = |f: &dyn Fn(&crate::online::RepairStatus) -> u64| {
+            vec![(String::new(), repair.map_or(0, f))]
+        };
+        metric(
+            "rebuild_running",
+            "gauge",
+            "1 while a device is rebuilt online.",
+            &rebuild(&|r| r.running as u64),
+        );
+        metric(
+            "rebuild_items",
+            "gauge",
+            "Objects and sets the current (or last) rebuild checks.",
+            &rebuild(&|r| r.items_total),
+        );
+        metric(
+            "rebuild_items_done",
+            "gauge",
+            "Objects and sets it has checked.",
+            &rebuild(&|r| r.items_done),
+        );
+        metric(
+            "rebuild_bytes_done",
+            "gauge",
+            "Bytes it has written.",
+            &rebuild(&|r| r.bytes_done),
         );
         if let Some(r) = &self.inner.rails {
             let c = |f: &dyn Fn(usize) -> u64| -> Vec<(String, u64)> {

@@ -8,8 +8,9 @@ use crate::devices::{device_path, open_device, Opened};
 use crate::error::{Result, StoreError};
 use crate::identity::{sync_dir, write_durably, ArrayIdentity, DeviceHealth, NotCurrent};
 use crate::metrics::Metrics;
+use crate::online::device_watch;
 use crate::store::{reaper, Committer, Inner, State, Store, CLEAN_MARKER, RECORD_LOCK_STRIPES};
-use railstore_device::{Device, MemConfig, MemDevice, RetryingDevice};
+use railstore_device::{Device, DeviceSlot, MemConfig, MemDevice, RetryingDevice};
 use railstore_rails::{RailsConfig, ScheduleConfig};
 use std::fs::File;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -47,7 +48,8 @@ impl Store {
         let store = Store::open_array(config, None, injected).await?;
         store.load().await?;
         let weak = Arc::downgrade(&store.inner);
-        tokio::spawn(reaper(weak));
+        tokio::spawn(reaper(weak.clone()));
+        tokio::spawn(device_watch(weak, store.inner.config.repair.watch_interval));
         Ok(store)
     }
 
@@ -131,16 +133,15 @@ impl Store {
         for o in &mut devices {
             o.device = Arc::new(RetryingDevice::new(o.device.clone()));
         }
-        let raw: Vec<Arc<dyn Device>> = devices.iter().map(|o| o.device.clone()).collect();
-        // Device losses every object of the policy survives.
-        let tolerance = config
-            .manager
-            .policy
-            .mechanisms()
+        // Each device sits in a slot, so an online replace swaps it under rails and the
+        // manager (`online.rs`).
+        let slots: Vec<Arc<DeviceSlot>> = devices
             .iter()
-            .map(|m| m.tolerance())
-            .min()
-            .unwrap_or(0);
+            .map(|o| Arc::new(DeviceSlot::new(o.device.clone())))
+            .collect();
+        let raw: Vec<Arc<dyn Device>> =
+            slots.iter().map(|s| s.clone() as Arc<dyn Device>).collect();
+        let tolerance = config.tolerance();
         let (identity, failed) = if persistent {
             let a = ArrayIdentity::admit(data_dir, &raw, &present, fresh, tolerance).await?;
             let failed: Vec<usize> = a
@@ -202,8 +203,11 @@ impl Store {
         Ok(Store {
             inner: Arc::new(Inner {
                 manager: array.manager,
-                rails: config.separation.is_some().then_some(array.rails),
-                devices,
+                rails: config.separation.is_some().then_some(array.rails.clone()),
+                rails_layer: array.rails,
+                devices: devices.into_iter().map(Mutex::new).collect(),
+                slots,
+                repair: Mutex::new(None),
                 state: RwLock::new(State::default()),
                 locks: (0..RECORD_LOCK_STRIPES)
                     .map(|_| tokio::sync::Mutex::new(()))
@@ -252,11 +256,12 @@ impl Store {
                 self.reap(true).await;
             }
         }
+        self.stop_repair().await;
         let files: Vec<_> = self
             .inner
             .devices
             .iter()
-            .filter_map(|o| o.file.clone())
+            .filter_map(|o| o.lock().unwrap().file.clone())
             .collect();
         tokio::task::spawn_blocking(move || {
             for f in files {
@@ -285,13 +290,20 @@ impl Store {
 }
 
 /// Moves device `d`'s old contents aside (for a rebuild onto an empty device).
-fn move_aside(config: &StoreConfig, d: usize) -> Result<()> {
+pub(crate) fn move_aside(config: &StoreConfig, d: usize) -> Result<()> {
     let path = device_path(config, d);
     if path.exists() {
         let secs = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |t| t.as_secs());
-        let aside = path.with_extension(format!("replaced-{secs}"));
+        // Two replaces in one second (a rebuild cut off and started again) get two names.
+        let aside = (0..)
+            .map(|n| match n {
+                0 => path.with_extension(format!("replaced-{secs}")),
+                n => path.with_extension(format!("replaced-{secs}-{n}")),
+            })
+            .find(|p| !p.exists())
+            .expect("some name is free");
         std::fs::rename(&path, &aside)
             .map_err(|e| StoreError::io(format!("moving {} aside", path.display()), e))?;
         if let Some(dir) = path.parent() {

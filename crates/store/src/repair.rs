@@ -73,7 +73,7 @@ impl Store {
                 Some("rebuild started".into()),
             )?;
         }
-        let replacement = store.inner.devices[device].device.clone();
+        let replacement = store.inner.slots[device].clone() as Arc<dyn Device>;
         let report = store
             .inner
             .manager

@@ -155,7 +155,15 @@ pub(crate) struct Inner {
     pub config: StoreConfig,
     pub manager: Manager,
     pub rails: Option<Arc<Rails>>,
-    pub devices: Vec<Opened>,
+    /// Rails whether or not it separates (a pass-through without separation): failing and
+    /// readmitting devices go through it.
+    pub rails_layer: Arc<Rails>,
+    /// The devices as opened; an online replace changes one.
+    pub devices: Vec<Mutex<Opened>>,
+    /// The slot each device sits in under rails (`online.rs` swaps them).
+    pub slots: Vec<Arc<railstore_device::DeviceSlot>>,
+    /// The rebuild running or last run while serving.
+    pub repair: Mutex<Option<crate::online::RepairRun>>,
     pub state: RwLock<State>,
     pub locks: Vec<tokio::sync::Mutex<()>>,
     pub bucket_ops: tokio::sync::Mutex<()>,

@@ -1,0 +1,264 @@
+//! `railstore device fail|replace` and `railstore repair status`: the admin API of a running
+//! server (docs/admin.md), from the command line. The admin token comes from `--admin-token`,
+//! `RAILSTORE_ADMIN_TOKEN`, `[server] admin_token`, or the data folder's `admin-token` file
+//! (made by `serve`), in that order.
+
+use crate::server_cmd::{write_private, ConfigArgs, ServerSection};
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use railstore_store::RepairStatus;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::time::Duration;
+
+/// The file in the data folder holding the generated admin token.
+const ADMIN_TOKEN_FILE: &str = "admin-token";
+
+/// Which server, and how to authenticate to its admin API.
+#[derive(Args, Debug, Clone)]
+pub struct AdminArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// The server (host:port); by default the configured listening address.
+    #[arg(long)]
+    pub server: Option<String>,
+    /// The admin token (see the module docs for where it is found otherwise).
+    #[arg(long, env = "RAILSTORE_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+}
+
+/// `railstore device …`.
+#[derive(Subcommand, Debug)]
+pub enum DeviceCommand {
+    /// Take a device out of service now (its pieces are decoded around until it is replaced).
+    Fail {
+        /// The device (its index, as `railstore status` shows).
+        device: usize,
+        /// Why, recorded with its state.
+        #[arg(long, default_value = "failed by the operator")]
+        reason: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Rebuild a failed device onto an empty device at its place while the server serves,
+    /// showing progress until it is done.
+    Replace {
+        /// The device.
+        device: usize,
+        /// Start it and return at once.
+        #[arg(long)]
+        no_wait: bool,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+}
+
+/// `railstore repair …`.
+#[derive(Subcommand, Debug)]
+pub enum RepairCommand {
+    /// The rebuild running (or last run) on the server.
+    Status {
+        /// Follow it until it ends.
+        #[arg(long)]
+        watch: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+}
+
+/// The admin token `serve` uses: `[server] admin_token`, else the data folder's file, made on
+/// first start (mode 0600).
+pub fn serve_admin_token(server: &ServerSection, data_dir: &Path) -> Result<String> {
+    if let Some(t) = &server.admin_token {
+        return Ok(t.clone());
+    }
+    let path = data_dir.join(ADMIN_TOKEN_FILE);
+    if let Ok(t) = std::fs::read_to_string(&path) {
+        return Ok(t.trim().to_string());
+    }
+    let token = crate::server_cmd::random_text(40);
+    write_private(&path, &format!("{token}\n"))?;
+    Ok(token)
+}
+
+struct Target {
+    addr: String,
+    token: String,
+}
+
+impl AdminArgs {
+    fn target(&self) -> Result<Target> {
+        let loaded = self.config.load()?;
+        let addr = self
+            .server
+            .clone()
+            .unwrap_or_else(|| loaded.server.listen.to_string());
+        let token = match (&self.admin_token, &loaded.server.admin_token) {
+            (Some(t), _) | (None, Some(t)) => t.clone(),
+            (None, None) => {
+                let path = loaded.store.data_dir.join(ADMIN_TOKEN_FILE);
+                std::fs::read_to_string(&path)
+                    .map(|t| t.trim().to_string())
+                    .with_context(|| {
+                        format!(
+                            "no admin token: give --admin-token (or RAILSTORE_ADMIN_TOKEN, or \
+                             [server] admin_token), or run where {} is readable",
+                            path.display()
+                        )
+                    })?
+            }
+        };
+        Ok(Target { addr, token })
+    }
+}
+
+/// One HTTP/1.1 request without a body; returns the status code and the body.
+pub fn request(addr: &str, method: &str, path: &str, token: Option<&str>) -> Result<(u16, String)> {
+    let mut s =
+        std::net::TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(60)))?;
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp)?;
+    let (head, body) = resp
+        .split_once("\r\n\r\n")
+        .context("a malformed HTTP response")?;
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .context("a malformed HTTP status line")?;
+    Ok((code, body.to_string()))
+}
+
+/// Calls the admin API; an error answer becomes an error with the server's message.
+fn call(t: &Target, method: &str, path: &str) -> Result<String> {
+    let (code, body) = request(&t.addr, method, path, Some(&t.token))?;
+    if (200..300).contains(&code) {
+        return Ok(body);
+    }
+    let message = serde_json::from_str::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
+        .unwrap_or(body);
+    bail!("{method} {path}: {code}: {message}")
+}
+
+pub fn device(cmd: &DeviceCommand) -> Result<()> {
+    match cmd {
+        DeviceCommand::Fail {
+            device,
+            reason,
+            admin,
+        } => {
+            let t = admin.target()?;
+            let reason: String = reason
+                .bytes()
+                .map(|b| match b {
+                    b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => {
+                        (b as char).to_string()
+                    }
+                    _ => format!("%{b:02X}"),
+                })
+                .collect();
+            call(
+                &t,
+                "POST",
+                &format!("/admin/v1/devices/{device}/fail?reason={reason}"),
+            )?;
+            println!("device {device} is out of service; replace it with `railstore device replace {device}`");
+            Ok(())
+        }
+        DeviceCommand::Replace {
+            device,
+            no_wait,
+            admin,
+        } => {
+            let t = admin.target()?;
+            call(&t, "POST", &format!("/admin/v1/devices/{device}/replace"))?;
+            println!("rebuilding device {device} while serving");
+            if *no_wait {
+                return Ok(());
+            }
+            follow(&t)
+        }
+    }
+}
+
+pub fn repair(cmd: &RepairCommand) -> Result<()> {
+    let RepairCommand::Status { watch, json, admin } = cmd;
+    let t = admin.target()?;
+    if *watch {
+        return follow(&t);
+    }
+    let (code, body) = request(&t.addr, "GET", "/admin/v1/repair", Some(&t.token))?;
+    if code == 404 {
+        println!("no rebuild has run since the server started");
+        return Ok(());
+    }
+    if code != 200 {
+        bail!("GET /admin/v1/repair: {code}: {body}");
+    }
+    if *json {
+        println!("{body}");
+        return Ok(());
+    }
+    let r: RepairStatus = serde_json::from_str(&body).context("parsing the repair status")?;
+    println!("{}", describe(&r));
+    Ok(())
+}
+
+/// Shows the rebuild's progress until it ends; fails when it stopped without finishing.
+fn follow(t: &Target) -> Result<()> {
+    let mut bar: Option<indicatif::ProgressBar> = None;
+    loop {
+        let r: RepairStatus = serde_json::from_str(&call(t, "GET", "/admin/v1/repair")?)
+            .context("parsing the repair status")?;
+        if r.items_total > 0 {
+            let b = bar.get_or_insert_with(|| {
+                railstore_bench::progress::bar(false, Some(r.items_total), "rebuild")
+            });
+            b.set_position(r.items_done);
+        }
+        if !r.running {
+            if let Some(b) = bar {
+                b.finish_and_clear();
+            }
+            println!("{}", describe(&r));
+            if let Some(e) = r.error {
+                bail!("the rebuild of device {} stopped: {e}", r.device);
+            }
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn describe(r: &RepairStatus) -> String {
+    let state = match (&r.error, r.running) {
+        (_, true) => "running".to_string(),
+        (None, false) => "finished".to_string(),
+        (Some(e), false) => format!("stopped ({e})"),
+    };
+    let eta = r
+        .eta_s
+        .map_or(String::new(), |s| format!(", about {s:.0} s left"));
+    format!(
+        "rebuild of device {}: {state}; {} of {} objects and sets, {} bytes written \
+         ({:.1} MB/s) in {:.1} s{eta}; {} objects lost",
+        r.device,
+        r.items_done,
+        r.items_total,
+        r.bytes_done,
+        r.bytes_per_s / 1e6,
+        r.elapsed_s,
+        r.objects_lost
+    )
+}

@@ -1,0 +1,144 @@
+//! The admin API (docs/admin.md): JSON over HTTP under `/admin/v1/`, on the S3 listener,
+//! every request authenticated by `Authorization: Bearer <admin token>` before anything else
+//! is looked at. No request body is read: every operation is named by its method and path.
+//!
+//! - `GET /admin/v1/status`: the store's status (as `/status`).
+//! - `POST /admin/v1/devices/N/fail[?reason=TEXT]`: takes device N out of service.
+//! - `POST /admin/v1/devices/N/replace`: rebuilds failed device N onto an empty device at its
+//!   place, in the background (202, the rebuild's status).
+//! - `GET /admin/v1/repair`: the rebuild running or last run (404 when none ran).
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use railstore_store::{Store, StoreError};
+
+/// The path prefix the admin API answers under.
+pub const PREFIX: &str = "/admin/";
+
+/// Answers one admin request. `token` is the admin token; without one the API is off.
+pub async fn answer<B>(store: &Store, token: Option<&str>, req: &Request<B>) -> Response<Bytes> {
+    let Some(token) = token else {
+        return error(
+            StatusCode::FORBIDDEN,
+            "AdminDisabled",
+            "the admin API is off: the server has no admin token",
+        );
+    };
+    if !crate::guard::bearer_matches(req.headers(), token) {
+        let mut resp = error(
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+            "the admin API needs Authorization: Bearer <admin token>",
+        );
+        resp.headers_mut().insert(
+            http::header::WWW_AUTHENTICATE,
+            http::HeaderValue::from_static("Bearer realm=\"railstore admin\""),
+        );
+        return resp;
+    }
+    let path = req.uri().path();
+    let parts: Vec<&str> = path
+        .strip_prefix("/admin/v1/")
+        .unwrap_or("")
+        .split('/')
+        .collect();
+    let method = req.method();
+    match (method, parts.as_slice()) {
+        (&Method::GET, ["status"]) => json(StatusCode::OK, &store.status().await),
+        (&Method::GET, ["repair"]) => match store.repair_status() {
+            Some(r) => json(StatusCode::OK, &r),
+            None => error(
+                StatusCode::NOT_FOUND,
+                "NoRepair",
+                "no rebuild has run since the server started",
+            ),
+        },
+        (&Method::POST, ["devices", n, op]) => {
+            let Ok(d) = n.parse::<usize>() else {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "InvalidArgument",
+                    &format!("{n:?} is not a device number"),
+                );
+            };
+            match *op {
+                "fail" => {
+                    let reason = query_value(req.uri().query().unwrap_or(""), "reason")
+                        .unwrap_or_else(|| "failed by the operator".into());
+                    match store.fail_device(d, &reason) {
+                        Ok(()) => json(
+                            StatusCode::OK,
+                            &serde_json::json!({ "device": d, "healthy": false, "reason": reason }),
+                        ),
+                        Err(e) => store_error(&e),
+                    }
+                }
+                "replace" => match store.replace_device(d).await {
+                    Ok(r) => json(StatusCode::ACCEPTED, &r),
+                    Err(e) => store_error(&e),
+                },
+                _ => not_found(method, path),
+            }
+        }
+        _ => not_found(method, path),
+    }
+}
+
+fn not_found(method: &Method, path: &str) -> Response<Bytes> {
+    error(
+        StatusCode::NOT_FOUND,
+        "NoSuchOperation",
+        &format!("no admin operation {method} {path} (docs/admin.md lists them)"),
+    )
+}
+
+/// One value of a query string, percent-decoded (`+` is a space, as forms send it).
+fn query_value(query: &str, name: &str) -> Option<String> {
+    query.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (crate::guard::percent_decode(k) == name).then(|| crate::guard::percent_decode(v))
+    })
+}
+
+fn store_error(e: &StoreError) -> Response<Bytes> {
+    let (status, code) = match e {
+        StoreError::InvalidArgument(_) => (StatusCode::BAD_REQUEST, "InvalidArgument"),
+        StoreError::Conflict(_) => (StatusCode::CONFLICT, "Conflict"),
+        StoreError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "ShuttingDown"),
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, "InternalError"),
+    };
+    error(status, code, &e.to_string())
+}
+
+fn error(status: StatusCode, code: &str, message: &str) -> Response<Bytes> {
+    json(
+        status,
+        &serde_json::json!({ "error": { "code": code, "message": message } }),
+    )
+}
+
+fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response<Bytes> {
+    let body = serde_json::to_vec_pretty(value).unwrap_or_default();
+    let mut resp = Response::new(Bytes::from(body));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_values_are_decoded() {
+        assert_eq!(
+            query_value("a=1&reason=disk+pulled%2C%20slot%203", "reason").as_deref(),
+            Some("disk pulled, slot 3")
+        );
+        assert_eq!(query_value("reason", "reason").as_deref(), Some(""));
+        assert_eq!(query_value("x=1", "reason"), None);
+    }
+}

@@ -1,0 +1,406 @@
+//! Operations on the array while it serves (docs/admin.md): the device watch that takes a
+//! device whose files vanished out of service, failing a device by request, and replacing a
+//! failed device by an empty one rebuilt from the others in the background, throttled, with
+//! progress, resumed by the next start when a restart cuts it off.
+//!
+//! A replace puts a fresh device in the failed one's slot (under rails and the manager, which
+//! keep their handles), lets rails readmit it (its watermark past the old device's journal
+//! tags), and runs the manager's rebuild: the device takes writes at once and serves reads
+//! only once the rebuild has finished and the array has recorded it back in service.
+
+use crate::config::DeviceKind;
+use crate::devices::{device_path, open_device};
+use crate::error::{Result, StoreError};
+use crate::identity::DeviceHealth;
+use crate::open::move_aside;
+use crate::store::{Inner, Store};
+use railstore_device::{Device, RetryingDevice};
+use railstore_redundancy::{RedundancyError, RepairOptions, RepairProgress, RepairReport};
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// A rebuild started while serving.
+pub(crate) struct RepairRun {
+    device: usize,
+    started: Instant,
+    started_unix_ms: u64,
+    progress: Arc<RepairProgress>,
+    /// Set when it ended: its report, or why it stopped.
+    outcome: Option<std::result::Result<RepairReport, String>>,
+    finished_after: Option<Duration>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// A rebuild as `/status`, the admin API and `railstore repair status` show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RepairStatus {
+    /// Still running.
+    pub running: bool,
+    /// What it does (`rebuild`).
+    pub kind: String,
+    /// The device rebuilt.
+    pub device: usize,
+    /// When it started (Unix milliseconds).
+    pub started_unix_ms: u64,
+    /// Seconds it has run (or ran).
+    pub elapsed_s: f64,
+    /// Device keys listed so far (the walk before the objects are known).
+    pub keys_listed: u64,
+    /// Objects and packing sets to check; 0 while the walk lists them.
+    pub items_total: u64,
+    /// Objects and sets checked.
+    pub items_done: u64,
+    /// Bytes written so far.
+    pub bytes_done: u64,
+    /// Bytes still to write, estimated from the bytes per item so far.
+    pub bytes_to_do: u64,
+    /// Bytes written per second.
+    pub bytes_per_s: f64,
+    /// Objects and sets checked per second.
+    pub items_per_s: f64,
+    /// Seconds left at the rate so far, once it can be told.
+    pub eta_s: Option<f64>,
+    /// Objects that could not be rebuilt (lost beyond the tolerance), once finished.
+    pub objects_lost: u64,
+    /// Why it stopped, when it did not finish.
+    pub error: Option<String>,
+}
+
+impl RepairRun {
+    fn status(&self) -> RepairStatus {
+        let p = &self.progress;
+        let elapsed = self
+            .finished_after
+            .unwrap_or_else(|| self.started.elapsed())
+            .as_secs_f64();
+        let items_total = p.items_total.load(Ordering::Relaxed);
+        let items_done = p.items_done.load(Ordering::Relaxed);
+        let bytes_done = p.bytes_written.load(Ordering::Relaxed);
+        let left = items_total.saturating_sub(items_done);
+        let per_item = if items_done > 0 {
+            bytes_done as f64 / items_done as f64
+        } else {
+            0.0
+        };
+        let items_per_s = if elapsed > 0.0 {
+            items_done as f64 / elapsed
+        } else {
+            0.0
+        };
+        let running = self.outcome.is_none();
+        RepairStatus {
+            running,
+            kind: "rebuild".into(),
+            device: self.device,
+            started_unix_ms: self.started_unix_ms,
+            elapsed_s: elapsed,
+            keys_listed: p.keys_listed.load(Ordering::Relaxed),
+            items_total,
+            items_done,
+            bytes_done,
+            bytes_to_do: (left as f64 * per_item) as u64,
+            bytes_per_s: if elapsed > 0.0 {
+                bytes_done as f64 / elapsed
+            } else {
+                0.0
+            },
+            items_per_s,
+            eta_s: (running && items_total > 0 && items_per_s > 0.0)
+                .then(|| left as f64 / items_per_s),
+            objects_lost: match &self.outcome {
+                Some(Ok(r)) => r.objects_lost.len() as u64,
+                _ => 0,
+            },
+            error: match &self.outcome {
+                Some(Err(e)) => Some(e.clone()),
+                _ => None,
+            },
+        }
+    }
+}
+
+impl Store {
+    /// The rebuild running, or the last one since the store opened.
+    pub fn repair_status(&self) -> Option<RepairStatus> {
+        self.inner
+            .repair
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|r| r.status())
+    }
+
+    /// Waits until no rebuild runs; returns the last one's status.
+    pub async fn wait_for_repair(&self) -> Option<RepairStatus> {
+        let task = self
+            .inner
+            .repair
+            .lock()
+            .unwrap()
+            .as_mut()
+            .and_then(|r| r.task.take());
+        if let Some(t) = task {
+            let _ = t.await;
+        }
+        self.repair_status()
+    }
+
+    /// Stops a running rebuild (at shutdown): its device stays `rebuilding`, so the next start
+    /// rebuilds it again.
+    pub(crate) async fn stop_repair(&self) {
+        let task = {
+            let mut run = self.inner.repair.lock().unwrap();
+            run.as_mut().and_then(|r| {
+                r.progress.cancel.store(true, Ordering::SeqCst);
+                r.task.take()
+            })
+        };
+        if let Some(t) = task {
+            let _ = t.await;
+        }
+    }
+
+    /// Devices out of service (failed or being rebuilt).
+    fn out_of_service(&self) -> Vec<usize> {
+        let io = self.inner.manager.devices();
+        (0..io.len()).filter(|&d| !io.readable(d)).collect()
+    }
+
+    /// Takes device `d` out of service at an operator's request (`railstore device fail`),
+    /// recorded durably with `reason`. Refused when it would leave more devices out of service
+    /// than the policy tolerates.
+    pub fn fail_device(&self, d: usize, reason: &str) -> Result<()> {
+        self.check_open()?;
+        self.check_device_index(d)?;
+        let io = self.inner.manager.devices();
+        if io.is_failed(d) {
+            return Ok(());
+        }
+        let out = self.out_of_service();
+        let tolerance = self.inner.config.tolerance();
+        if !out.contains(&d) && out.len() >= tolerance {
+            return Err(StoreError::Conflict(format!(
+                "devices {out:?} are already out of service and the policy tolerates \
+                 {tolerance}: failing device {d} as well could lose objects"
+            )));
+        }
+        self.record_failure(d, reason)
+    }
+
+    /// Marks device `d` failed in every layer and in the array state.
+    fn record_failure(&self, d: usize, reason: &str) -> Result<()> {
+        tracing::warn!(device = d, reason, "taking device out of service");
+        // The durable record first: a crash right after must not bring it back as current.
+        if let Some(id) = &self.inner.identity {
+            id.set_health(d, DeviceHealth::Failed, Some(reason.to_string()))?;
+        }
+        self.inner.rails_layer.mark_failed(d);
+        self.inner.manager.devices().mark_failed(d);
+        Ok(())
+    }
+
+    fn check_device_index(&self, d: usize) -> Result<()> {
+        let n = self.inner.slots.len();
+        if d >= n {
+            return Err(StoreError::InvalidArgument(format!(
+                "device {d}: the array has {n} (0 to {})",
+                n - 1
+            )));
+        }
+        Ok(())
+    }
+
+    /// Replaces failed device `d` by an empty device at its configured place (its old
+    /// contents, if any, are moved aside) and rebuilds it from the others in the background,
+    /// while the store serves. Watch it with [`Store::repair_status`]. Refused for a device
+    /// in service (fail it first), while another rebuild runs, and for memory devices.
+    pub async fn replace_device(&self, d: usize) -> Result<RepairStatus> {
+        self.check_open()?;
+        self.check_device_index(d)?;
+        let inner = &self.inner;
+        if inner.config.devices.kind == DeviceKind::Mem
+            || inner.devices[d].lock().unwrap().path.is_none()
+        {
+            return Err(StoreError::InvalidArgument(format!(
+                "device {d} has no folder or file of its own to rebuild onto"
+            )));
+        }
+        if inner.manager.devices().readable(d) {
+            return Err(StoreError::Conflict(format!(
+                "device {d} is in service: take it out first (railstore device fail {d})"
+            )));
+        }
+        if let Some(r) = inner.repair.lock().unwrap().as_ref() {
+            if r.outcome.is_none() {
+                return Err(StoreError::Conflict(format!(
+                    "device {} is being rebuilt; one rebuild at a time",
+                    r.device
+                )));
+            }
+        }
+        if let Some(id) = &inner.identity {
+            // A restart before the rebuild ends takes the device for what it is: half built.
+            id.set_health(d, DeviceHealth::Rebuilding, Some("rebuild started".into()))?;
+        }
+        let config = inner.config.clone();
+        let fresh = tokio::task::spawn_blocking(move || {
+            move_aside(&config, d)?;
+            open_device(&config, d)
+        })
+        .await
+        .map_err(|e| StoreError::Config(format!("opening the new device {d}: {e}")))??;
+        let device: Arc<dyn Device> = Arc::new(RetryingDevice::new(fresh.device.clone()));
+        let old = std::mem::replace(
+            &mut *inner.devices[d].lock().unwrap(),
+            crate::devices::Opened {
+                device: device.clone(),
+                ..fresh
+            },
+        );
+        inner.slots[d].swap(device);
+        if let Some(f) = old.file {
+            // Its files are gone or set aside: nothing more is written through it.
+            f.crash();
+        }
+        inner
+            .rails_layer
+            .readmit(d)
+            .await
+            .map_err(|source| StoreError::Device {
+                what: "readmitting the new device",
+                source,
+            })?;
+        tracing::info!(device = d, path = %device_path(&inner.config, d).display(), "rebuilding device while serving");
+        Ok(self.start_rebuild(d))
+    }
+
+    /// Runs the rebuild of device `d` (already in its slot and readmitted) in the background.
+    fn start_rebuild(&self, d: usize) -> RepairStatus {
+        let inner = &self.inner;
+        let progress = Arc::new(RepairProgress::default());
+        let options = RepairOptions {
+            concurrency: inner.config.repair.concurrency,
+            write_bytes_per_s_max: inner.config.repair.write_bytes_per_s_max,
+        };
+        let store = self.clone();
+        let p = progress.clone();
+        let mut run = inner.repair.lock().unwrap();
+        let task = tokio::spawn(async move {
+            let outcome = store.rebuild_in_place(d, options, p).await;
+            match &outcome {
+                Ok(r) => tracing::info!(
+                    device = d,
+                    objects = r.objects,
+                    lost = r.objects_lost.len(),
+                    bytes = r.bytes_written,
+                    secs = r.elapsed.as_secs_f64(),
+                    "device rebuilt while serving"
+                ),
+                Err(e) => tracing::warn!(device = d, error = %e, "rebuild stopped"),
+            }
+            if let Some(r) = store.inner.repair.lock().unwrap().as_mut() {
+                r.finished_after = Some(r.started.elapsed());
+                r.outcome = Some(outcome.map_err(|e| e.to_string()));
+            }
+        });
+        *run = Some(RepairRun {
+            device: d,
+            started: Instant::now(),
+            started_unix_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |t| t.as_millis() as u64),
+            progress,
+            outcome: None,
+            finished_after: None,
+            task: Some(task),
+        });
+        run.as_ref().expect("just set").status()
+    }
+
+    async fn rebuild_in_place(
+        &self,
+        d: usize,
+        options: RepairOptions,
+        progress: Arc<RepairProgress>,
+    ) -> Result<RepairReport> {
+        let inner = &self.inner;
+        // The manager writes through rails, as for any object, so the rebuild's writes follow
+        // the device's role like the clients' do.
+        let through_rails = inner.manager.devices().device(d);
+        let report = inner
+            .manager
+            .rebuild(d, through_rails, options, progress)
+            .await
+            .map_err(|e| match e {
+                RedundancyError::Cancelled => {
+                    StoreError::Config("stopped by the shutdown; the next start resumes it".into())
+                }
+                e => e.into(),
+            })?;
+        inner.manager.sync().await?;
+        if let Some(id) = &inner.identity {
+            id.readmit(d, inner.slots[d].as_ref()).await?;
+        }
+        Ok(report)
+    }
+
+    /// Rebuilds again, in the background, every device a restart found half rebuilt (`serve`
+    /// calls it after opening). Returns the devices it started on.
+    pub async fn resume_repairs(&self) -> Result<Vec<usize>> {
+        let Some(id) = self.inner.identity.clone() else {
+            return Ok(Vec::new());
+        };
+        let half: Vec<usize> = (0..self.inner.slots.len())
+            .filter(|&d| id.health(d).0 == DeviceHealth::Rebuilding)
+            .collect();
+        // One at a time: the first now, the next by the operator once it is done.
+        if let Some(&d) = half.first() {
+            tracing::info!(
+                device = d,
+                "a rebuild was cut off by a restart; starting it again"
+            );
+            self.replace_device(d).await?;
+            return Ok(vec![d]);
+        }
+        Ok(Vec::new())
+    }
+}
+
+/// Every `interval`, checks that each device in service still has its files; one whose folder
+/// or files vanished or shrank leaves service (reads already decode around it, but without
+/// this it would silently hold no redundancy).
+pub(crate) async fn device_watch(store: Weak<Inner>, interval: Duration) {
+    if interval.is_zero() {
+        return;
+    }
+    loop {
+        tokio::time::sleep(interval).await;
+        let Some(inner) = store.upgrade() else { return };
+        if inner.closing.load(Ordering::SeqCst) {
+            return;
+        }
+        let files: Vec<_> = inner
+            .devices
+            .iter()
+            .enumerate()
+            .filter(|(d, _)| inner.manager.devices().readable(*d))
+            .filter_map(|(d, o)| o.lock().unwrap().file.clone().map(|f| (d, f)))
+            .collect();
+        let store = Store { inner };
+        let gone = tokio::task::spawn_blocking(move || {
+            files
+                .into_iter()
+                .filter_map(|(d, f)| f.vanished().map(|why| (d, why)))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        for (d, why) in gone {
+            if let Err(e) = store.record_failure(d, &why) {
+                tracing::error!(device = d, error = %e, "recording a vanished device");
+            }
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! The array healed while it serves: a device whose folder vanishes under the running store is
+//! noticed and taken out of service (durably), every acknowledged object stays readable, a
+//! replacement is rebuilt in the background while a client writes and reads, after which a
+//! scrub finds nothing to repair; a rebuild cut off by a shutdown is resumed by the next start.
+
+use railstore_store::{
+    body_from, collect_body, DeviceHealth, DeviceKind, PutOptions, RepairOptions, RepairProgress,
+    Store, StoreConfig, StoreError,
+};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The embedded default (RS(3,3), separation on, hybrid policy) on small file devices, with a
+/// quick device watch.
+fn config(dir: &Path) -> StoreConfig {
+    let mut c = StoreConfig {
+        data_dir: dir.to_path_buf(),
+        ..StoreConfig::default()
+    };
+    c.devices.kind = DeviceKind::File;
+    c.devices.capacity_bytes = 1 << 30;
+    c.devices.direct_io = false;
+    if let Some(s) = &mut c.separation {
+        s.frame = Duration::from_millis(200);
+    }
+    c.repair.watch_interval = Duration::from_millis(100);
+    c
+}
+
+/// Sizes over every mechanism of the hybrid policy: rep3, pack3+3, split3+3 (inline and
+/// chunked records).
+fn value(i: usize, version: u8) -> Vec<u8> {
+    let len = [700, 9_000, 40_000, 150_000][i % 4];
+    let mut v = vec![version; len];
+    v[..8].copy_from_slice(&(i as u64).to_le_bytes());
+    v
+}
+
+async fn read(store: &Store, key: &str) -> Result<Vec<u8>, StoreError> {
+    let g = store.get_object("bkt", key, None).await?;
+    collect_body(g.body).await
+}
+
+async fn put(store: &Store, key: &str, v: Vec<u8>) -> Result<(), StoreError> {
+    store
+        .put_object("bkt", key, body_from(v), PutOptions::default())
+        .await
+        .map(|_| ())
+}
+
+/// A bucket with 40 objects of every size class; returns them.
+async fn fill(store: &Store) -> BTreeMap<String, Vec<u8>> {
+    store.create_bucket("bkt").await.unwrap();
+    let mut model = BTreeMap::new();
+    for i in 0..40 {
+        let (k, v) = (format!("k{i}"), value(i, 1));
+        put(store, &k, v.clone()).await.unwrap();
+        model.insert(k, v);
+    }
+    model
+}
+
+async fn check_all(store: &Store, model: &BTreeMap<String, Vec<u8>>) {
+    for (k, v) in model {
+        let got = read(store, k).await.unwrap_or_else(|e| panic!("{k}: {e}"));
+        assert!(got == *v, "{k}: wrong bytes ({} read)", got.len());
+    }
+}
+
+async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    for _ in 0..300 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting until {what}");
+}
+
+/// A client that writes new objects and reads the model's while it runs; what it wrote and was
+/// acknowledged joins the model.
+fn client(
+    store: Store,
+    model: Arc<Mutex<BTreeMap<String, Vec<u8>>>>,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<usize> {
+    tokio::spawn(async move {
+        let mut i = 10_000;
+        while !stop.load(Ordering::SeqCst) {
+            let key = format!("c{i}");
+            let v = value(i, 7);
+            put(&store, &key, v.clone())
+                .await
+                .expect("a put while rebuilding");
+            model.lock().unwrap().insert(key, v);
+            let probe = format!("k{}", i % 40);
+            let want = model.lock().unwrap().get(&probe).cloned();
+            if let Some(want) = want {
+                assert!(read(&store, &probe).await.unwrap() == want, "{probe}");
+            }
+            i += 1;
+        }
+        i - 10_000
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_device_is_failed_and_rebuilt_while_a_client_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let store = Store::open(cfg.clone()).await.unwrap();
+    let model = fill(&store).await;
+    // The folder goes under the running store; its open files would keep working unnoticed.
+    std::fs::remove_dir_all(dir.path().join("devices").join("2")).unwrap();
+    wait_until("device 2 is reported failed", || {
+        !store.manager().devices().readable(2)
+    })
+    .await;
+    let s = store.status().await;
+    assert_eq!(s.devices[2].recorded, Some(DeviceHealth::Failed), "{s:?}");
+    assert!(
+        s.devices[2].error.as_deref().unwrap_or("").contains("gone"),
+        "{:?}",
+        s.devices[2].error
+    );
+    check_all(&store, &model).await;
+
+    // A device in service is not replaced; an unknown one is refused.
+    assert!(matches!(
+        store.replace_device(0).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(matches!(
+        store.replace_device(6).await,
+        Err(StoreError::InvalidArgument(_))
+    ));
+
+    let model = Arc::new(Mutex::new(model));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = client(store.clone(), model.clone(), stop.clone());
+    let started = store.replace_device(2).await.unwrap();
+    assert!(started.running && started.device == 2);
+    let done = store.wait_for_repair().await.unwrap();
+    stop.store(true, Ordering::SeqCst);
+    let written = writer.await.unwrap();
+    assert!(!done.running, "{done:?}");
+    assert_eq!(
+        (done.error.clone(), done.objects_lost),
+        (None, 0),
+        "{done:?}"
+    );
+    assert!(done.items_done > 0 && done.bytes_done > 0, "{done:?}");
+    let s = store.status().await;
+    assert!(s.devices[2].healthy, "{:?}", s.devices[2]);
+    assert_eq!(s.devices[2].recorded, Some(DeviceHealth::Ok));
+    eprintln!("client wrote {written} objects during the rebuild: {done:?}");
+
+    // Whole again: every object reads, and a scrub has nothing to put back.
+    let model = model.lock().unwrap().clone();
+    check_all(&store, &model).await;
+    assert_whole(&store).await;
+    store.shutdown().await.unwrap();
+    drop(store);
+
+    // And it opens with every device current.
+    let store = reopen(&cfg).await;
+    let s = store.status().await;
+    assert!(s.devices.iter().all(|d| d.healthy), "{s:?}");
+    check_all(&store, &model).await;
+    store.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_cut_off_by_a_shutdown_is_resumed_at_the_next_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut slow = config(dir.path());
+    // Slow enough that the shutdown comes first.
+    slow.repair.concurrency = 1;
+    slow.repair.write_bytes_per_s_max = Some(100 << 10);
+    let store = Store::open(slow.clone()).await.unwrap();
+    let model = fill(&store).await;
+    store.fail_device(1, "operator test").unwrap();
+    assert_eq!(
+        store.status().await.devices[1].recorded,
+        Some(DeviceHealth::Failed)
+    );
+    // Two out of service is what rep3 (the policy's weakest) tolerates; a third is refused.
+    store.fail_device(4, "operator test").unwrap();
+    assert!(matches!(
+        store.fail_device(5, "operator test"),
+        Err(StoreError::Conflict(_))
+    ));
+    store.replace_device(1).await.unwrap();
+    wait_until("the rebuild has written something", || {
+        store.repair_status().is_some_and(|r| r.bytes_done > 0)
+    })
+    .await;
+    store.shutdown().await.unwrap();
+    let cut = store.repair_status().unwrap();
+    assert!(!cut.running && cut.error.is_some(), "{cut:?}");
+    drop(store);
+
+    let cfg = config(dir.path());
+    let store = reopen(&cfg).await;
+    let s = store.status().await;
+    assert_eq!(s.devices[1].recorded, Some(DeviceHealth::Rebuilding));
+    assert!(!s.devices[1].healthy);
+    check_all(&store, &model).await;
+    assert_eq!(store.resume_repairs().await.unwrap(), vec![1]);
+    let done = store.wait_for_repair().await.unwrap();
+    assert_eq!(
+        (done.error.clone(), done.objects_lost),
+        (None, 0),
+        "{done:?}"
+    );
+    // Device 4 next, by the operator.
+    store.replace_device(4).await.unwrap();
+    let done = store.wait_for_repair().await.unwrap();
+    assert_eq!(
+        (done.error.clone(), done.objects_lost),
+        (None, 0),
+        "{done:?}"
+    );
+    let s = store.status().await;
+    assert!(s.devices.iter().all(|d| d.healthy), "{s:?}");
+    check_all(&store, &model).await;
+    assert_whole(&store).await;
+    store.shutdown().await.unwrap();
+}
+
+/// Nothing for a scrub to put back: every piece of every object and set is where it belongs.
+async fn assert_whole(store: &Store) {
+    let scrub = store
+        .scrub(
+            RepairOptions::default(),
+            Arc::new(RepairProgress::default()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            scrub.pieces_repaired,
+            scrub.objects_lost.len(),
+            scrub.sets_lost
+        ),
+        (0, 0, 0),
+        "{scrub:?}"
+    );
+}
+
+/// Opens the store again once the last one has let go of the data folder.
+async fn reopen(cfg: &StoreConfig) -> Store {
+    for _ in 0..100 {
+        match Store::open(cfg.clone()).await {
+            Err(e) if e.to_string().contains("in use") => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            r => return r.unwrap(),
+        }
+    }
+    panic!("the data folder stayed in use");
+}
