@@ -764,10 +764,21 @@ impl Inner {
                 Err(source) => return Err(RedundancyError::Device { device: d, source }),
             }
         }
-        match left_service {
-            Some(e) if self.devices_out_of_service() > self.tolerance() => Err(e),
-            _ => Ok(()),
+        // Beyond the tolerance nothing is durable enough to acknowledge, whether the devices
+        // left service during this sync or before it (a failed device is not synced at all,
+        // so a sync over devices that all failed would otherwise succeed).
+        let out = self.devices_out_of_service();
+        if out <= self.tolerance() {
+            return Ok(());
         }
+        Err(left_service.unwrap_or_else(|| RedundancyError::Device {
+            device: (0..self.io.len())
+                .find(|&d| self.io.is_failed(d))
+                .unwrap_or(0),
+            source: railstore_device::DeviceError::Failed {
+                reason: "more devices are out of service than the policy tolerates",
+            },
+        }))
     }
 
     fn devices_out_of_service(&self) -> usize {

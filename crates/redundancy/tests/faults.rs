@@ -7,7 +7,8 @@
 //!   a read that preferred it would have returned the old version;
 //! - a hung device is cut off by the operation timeout instead of stalling the array;
 //! - a device whose sync fails leaves service and the sync succeeds without it, but only
-//!   while the devices out of service are within the tolerance: beyond it, the sync fails.
+//!   while the devices out of service are within the tolerance: beyond it (whether they left
+//!   during the sync or before it), the sync fails.
 
 use railstore_device::{
     Device, DeviceError, DeviceInfo, IterBatch, IterRequest, Limits, MemDevice, ReadRange,
@@ -272,4 +273,26 @@ async fn a_sync_fails_when_more_devices_fail_in_it_than_the_tolerance() {
             recorded.lock().unwrap().len()
         );
     }
+}
+
+/// Devices that left service before a sync are not synced at all; when they are more than the
+/// tolerance, the sync must still fail (it succeeded vacuously over devices that had all
+/// failed, so a store answered writes after a power cut had taken every device).
+#[tokio::test(start_paused = true)]
+async fn a_sync_fails_when_more_devices_failed_before_it_than_the_tolerance() {
+    let (m, _flaky, _) = array("rep3", FaultPolicy::default()).await;
+    m.put(b"k", b"v1", StoreMode::Upsert, None).await.unwrap();
+    for d in [0, 1] {
+        m.devices().mark_failed(d);
+    }
+    m.sync().await.expect("two out: within rep3's tolerance");
+    m.devices().mark_failed(2);
+    assert!(m.sync().await.is_err(), "a sync with three out succeeded");
+    for d in 3..6 {
+        m.devices().mark_failed(d);
+    }
+    assert!(
+        m.sync().await.is_err(),
+        "a sync with every device out succeeded"
+    );
 }
