@@ -52,6 +52,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::net::TcpStream;
 
+mod session;
+pub use session::Session;
+
 // ---------------------------------------------------------------------------------------------
 // Options
 
@@ -1603,7 +1606,8 @@ fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-fn machine_description() -> String {
+/// The CPU model and count, for reports.
+pub fn machine_description() -> String {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
         .lines()

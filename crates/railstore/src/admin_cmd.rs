@@ -1,4 +1,4 @@
-//! `railstore device fail|replace` and `railstore repair status`: the admin API of a running
+//! `railstore device fail|replace` and `railstore repair scrub|status`: the admin API of a running
 //! server (docs/admin.md), from the command line. The admin token comes from `--admin-token`,
 //! `RAILSTORE_ADMIN_TOKEN`, `[server] admin_token`, or the data folder's `admin-token` file
 //! (made by `serve`), in that order.
@@ -56,7 +56,16 @@ pub enum DeviceCommand {
 /// `railstore repair …`.
 #[derive(Subcommand, Debug)]
 pub enum RepairCommand {
-    /// The rebuild running (or last run) on the server.
+    /// Verify every object and set on the running server and repair what is wrong, showing
+    /// progress until it is done (the report is kept in the data folder).
+    Scrub {
+        /// Start it and return at once.
+        #[arg(long)]
+        no_wait: bool,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// The rebuild or scrub running (or last run) on the server.
     Status {
         /// Follow it until it ends.
         #[arg(long)]
@@ -193,14 +202,22 @@ pub fn device(cmd: &DeviceCommand) -> Result<()> {
 }
 
 pub fn repair(cmd: &RepairCommand) -> Result<()> {
-    let RepairCommand::Status { watch, json, admin } = cmd;
+    let (watch, json, admin) = match cmd {
+        RepairCommand::Scrub { no_wait, admin } => {
+            let t = admin.target()?;
+            call(&t, "POST", "/admin/v1/scrub")?;
+            println!("scrubbing while serving");
+            return if *no_wait { Ok(()) } else { follow(&t) };
+        }
+        RepairCommand::Status { watch, json, admin } => (watch, json, admin),
+    };
     let t = admin.target()?;
     if *watch {
         return follow(&t);
     }
     let (code, body) = request(&t.addr, "GET", "/admin/v1/repair", Some(&t.token))?;
     if code == 404 {
-        println!("no rebuild has run since the server started");
+        println!("no rebuild or scrub has run since the server started");
         return Ok(());
     }
     if code != 200 {
@@ -223,7 +240,7 @@ fn follow(t: &Target) -> Result<()> {
             .context("parsing the repair status")?;
         if r.items_total > 0 {
             let b = bar.get_or_insert_with(|| {
-                railstore_bench::progress::bar(false, Some(r.items_total), "rebuild")
+                railstore_bench::progress::bar(false, Some(r.items_total), &r.kind)
             });
             b.set_position(r.items_done);
         }
@@ -232,12 +249,20 @@ fn follow(t: &Target) -> Result<()> {
                 b.finish_and_clear();
             }
             println!("{}", describe(&r));
-            if let Some(e) = r.error {
-                bail!("the rebuild of device {} stopped: {e}", r.device);
+            if let Some(e) = &r.error {
+                bail!("{} stopped: {e}", what(&r));
             }
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// "the rebuild of device N" or "the scrub".
+fn what(r: &RepairStatus) -> String {
+    match r.device {
+        Some(d) => format!("the {} of device {d}", r.kind),
+        None => format!("the {}", r.kind),
     }
 }
 
@@ -251,9 +276,9 @@ fn describe(r: &RepairStatus) -> String {
         .eta_s
         .map_or(String::new(), |s| format!(", about {s:.0} s left"));
     format!(
-        "rebuild of device {}: {state}; {} of {} objects and sets, {} bytes written \
+        "{}: {state}; {} of {} objects and sets, {} bytes written \
          ({:.1} MB/s) in {:.1} s{eta}; {} objects lost",
-        r.device,
+        what(r),
         r.items_done,
         r.items_total,
         r.bytes_done,

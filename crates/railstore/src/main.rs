@@ -2,6 +2,7 @@
 
 mod admin_cmd;
 mod mttdl_cmd;
+mod repair_bench_cmd;
 mod s3_bench_cmd;
 mod server_cmd;
 mod sim_cmd;
@@ -79,6 +80,9 @@ enum BenchCommand {
     /// An S3 load generator (warp-like): PUT, GET or mixed against an in-process server (or
     /// `--endpoint`), with the store's own throughput for the same objects as the baseline.
     S3(Box<s3_bench_cmd::S3BenchArgs>),
+    /// A device failed and rebuilt while the server serves an S3 load: client latency during
+    /// the rebuild against without, and the throttled rebuild's rate against the unthrottled.
+    Repair(Box<repair_bench_cmd::RepairBenchArgs>),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -117,6 +121,7 @@ fn main() -> anyhow::Result<()> {
             BenchCommand::Rebuild(args) => railstore_bench::kv::run_rebuild(&args),
             BenchCommand::Mixed(args) => railstore_bench::mixed::run(&args),
             BenchCommand::S3(args) => s3_bench_cmd::run(&args),
+            BenchCommand::Repair(args) => repair_bench_cmd::run(&args),
         },
     }
 }

@@ -58,10 +58,10 @@ pub struct S3BenchArgs {
 }
 
 /// A data folder removed when dropped.
-struct TempDir(PathBuf);
+pub(crate) struct TempDir(pub PathBuf);
 
 impl TempDir {
-    fn new(parent: &Path) -> Result<TempDir> {
+    pub(crate) fn new(parent: &Path) -> Result<TempDir> {
         use rand::Rng;
         std::fs::create_dir_all(parent)
             .with_context(|| format!("creating {}", parent.display()))?;
@@ -117,7 +117,7 @@ fn store_config(args: &S3BenchArgs, data_dir: &Path) -> Result<StoreConfig> {
     Ok(cfg)
 }
 
-fn describe_store(cfg: &StoreConfig) -> String {
+pub(crate) fn describe_store(cfg: &StoreConfig) -> String {
     let kind = match cfg.devices.kind {
         DeviceKind::File => format!(
             "file devices in {}{}",
@@ -204,6 +204,58 @@ pub fn run(args: &S3BenchArgs) -> Result<()> {
     s3load::write_report(&args.load, &report)
 }
 
+/// An S3 endpoint served in this process over a store, with a random key pair.
+pub(crate) struct InProcess {
+    pub endpoint: Endpoint,
+    stop: tokio::sync::oneshot::Sender<()>,
+    serving: tokio::task::JoinHandle<std::result::Result<(), railstore_s3::ServeError>>,
+}
+
+impl InProcess {
+    /// Serves `store` on a free loopback port.
+    pub(crate) async fn start(store: &Store, region: &str) -> Result<InProcess> {
+        const ANY: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+        let access_key = format!("RS{}", random_key(18, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"));
+        let secret_key = random_key(40, ANY);
+        let server = railstore_s3::bind(
+            store.clone(),
+            S3Config {
+                listen: "127.0.0.1:0".parse().expect("a valid address"),
+                region: region.to_string(),
+                access_key: access_key.clone(),
+                secret_key: secret_key.clone(),
+                ..S3Config::default()
+            },
+        )
+        .await
+        .context("starting the S3 endpoint")?;
+        let endpoint = Endpoint {
+            url: format!("http://{}", server.local_addr()),
+            region: region.to_string(),
+            access_key,
+            secret_key,
+        };
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(server.serve(async move {
+            let _ = stop_rx.await;
+        }));
+        Ok(InProcess {
+            endpoint,
+            stop,
+            serving,
+        })
+    }
+
+    /// Stops serving (open connections finish first).
+    pub(crate) async fn stop(self) -> Result<()> {
+        let _ = self.stop.send(());
+        self.serving
+            .await
+            .context("the S3 endpoint panicked")?
+            .context("the S3 endpoint")
+    }
+}
+
 async fn in_process(
     args: &S3BenchArgs,
     cfg: StoreConfig,
@@ -211,43 +263,18 @@ async fn in_process(
 ) -> Result<s3load::S3Report> {
     let description = describe_store(&cfg);
     let store = Store::open(cfg).await.context("opening the store")?;
-    const ANY: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    let access_key = format!("RS{}", random_key(18, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"));
-    let secret_key = random_key(40, ANY);
-    let server = railstore_s3::bind(
-        store.clone(),
-        S3Config {
-            listen: "127.0.0.1:0".parse().expect("a valid address"),
-            region: args.region.clone(),
-            access_key: access_key.clone(),
-            secret_key: secret_key.clone(),
-            ..S3Config::default()
-        },
-    )
-    .await
-    .context("starting the S3 endpoint")?;
-    let endpoint = Endpoint {
-        url: format!("http://{}", server.local_addr()),
-        region: args.region.clone(),
-        access_key,
-        secret_key,
-    };
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(server.serve(async move {
-        let _ = stop_rx.await;
-    }));
+    let server = InProcess::start(&store, &args.region).await?;
     let setup = Setup {
-        endpoint: endpoint.url.clone(),
+        endpoint: server.endpoint.url.clone(),
         in_process: true,
         store: Some(description),
         threads,
     };
-    let measured = s3load::measure(&args.load, setup, &endpoint, Some(&store)).await;
-    let _ = stop_tx.send(());
-    let served = serving.await.context("the S3 endpoint panicked")?;
+    let measured = s3load::measure(&args.load, setup, &server.endpoint, Some(&store)).await;
+    let served = server.stop().await;
     let closed = store.shutdown().await;
     let report = measured?;
-    served.context("the S3 endpoint")?;
+    served?;
     closed.context("shutting the store down")?;
     Ok(report)
 }

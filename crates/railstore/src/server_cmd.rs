@@ -426,19 +426,11 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
         }
         if store.unclean_start() {
             tracing::warn!("the last run did not shut down cleanly; scrubbing in the background");
-            let s = store.clone();
-            tokio::spawn(async move {
-                let progress = Arc::new(RepairProgress::default());
-                match s.scrub(RepairOptions::default(), progress).await {
-                    Ok(r) => tracing::info!(
-                        objects = r.objects,
-                        repaired = r.objects_repaired,
-                        lost = r.objects_lost.len(),
-                        "scrub after an unclean shutdown done"
-                    ),
-                    Err(e) => tracing::error!(error = %e, "scrub after an unclean shutdown failed"),
-                }
-            });
+            // Its progress is in /status; its report in the data folder.
+            store
+                .start_scrub("unclean start")
+                .await
+                .context("starting the scrub an unclean start owes")?;
         }
         if server.lifecycle_interval_s > 0 {
             let store = store.clone();
@@ -657,6 +649,45 @@ fn print_status(s: &StoreStatus) {
         if let Some(e) = &d.error {
             println!("      {e}");
         }
+    }
+    if let Some(r) = &s.at_risk {
+        println!(
+            "\nat risk      devices {:?} out of service: {} objects with pieces on them, {} with \
+             no redundancy left, {} unreadable",
+            r.devices_out, r.objects_at_risk, r.objects_without_redundancy, r.objects_unreadable
+        );
+        for name in &r.sample {
+            println!("             {name}");
+        }
+    }
+    if let Some(r) = &s.repair {
+        let what = r
+            .device
+            .map_or(r.kind.clone(), |d| format!("{} of device {d}", r.kind));
+        println!(
+            "{}{what}: {} of {} objects and sets, {} bytes written{}",
+            if s.at_risk.is_some() { "" } else { "\n" },
+            r.items_done,
+            r.items_total,
+            r.bytes_done,
+            if r.running { " (running)" } else { "" }
+        );
+    }
+    if let Some(r) = &s.last_scrub {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |t| t.as_millis() as u64);
+        println!(
+            "last scrub   {} s ago ({}): {} objects, {} repaired, {} lost{}",
+            now_ms.saturating_sub(r.finished_unix_ms) / 1000,
+            r.reason,
+            r.objects,
+            r.objects_repaired,
+            r.objects_lost,
+            r.error
+                .as_ref()
+                .map_or(String::new(), |e| format!(", stopped: {e}"))
+        );
     }
 }
 

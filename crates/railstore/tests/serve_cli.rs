@@ -600,6 +600,24 @@ fn a_device_is_failed_and_replaced_on_a_running_server() {
     assert_eq!(s["devices"][3]["recorded"], "ok", "{body}");
     let (_, metrics) = http_get(&endpoint, "/metrics", "");
     assert!(metrics.contains("railstore_rebuild_running 0"), "{metrics}");
+    // A scrub on request finds the rebuilt array whole, and keeps its report.
+    let (ok, out) = with(&["repair", "scrub"]);
+    assert!(ok && out.contains("the scrub: finished"), "{out}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(data.join("scrub-report.json")).unwrap()).unwrap();
+    assert_eq!(
+        (
+            &report["reason"],
+            &report["pieces_repaired"],
+            &report["objects_lost"]
+        ),
+        (
+            &serde_json::json!("requested"),
+            &serde_json::json!(0),
+            &serde_json::json!(0)
+        ),
+        "{report}"
+    );
     let (ok, errors, out) = load(&endpoint, "admin-test", "admin-test-secret-0123");
     assert!(ok && errors == 0, "{out}");
     let (status, log) = served.terminate();

@@ -22,7 +22,7 @@ mod staged;
 mod vdev;
 mod write;
 
-pub use error::{RedundancyError, Result};
+pub use error::{show_key, RedundancyError, Result};
 pub use io::{AnyHealthy, DeviceSet, FailureListener, FaultPolicy, IoCounters, ReadPlan};
 pub use manager::{Manager, ObjectMeta};
 pub use mechanism::{EcEngines, ManagerConfig, Mechanism, Policy, OFFLOAD_MIN_SHARD_BYTES_DEFAULT};

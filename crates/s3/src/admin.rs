@@ -6,7 +6,8 @@
 //! - `POST /admin/v1/devices/N/fail[?reason=TEXT]`: takes device N out of service.
 //! - `POST /admin/v1/devices/N/replace`: rebuilds failed device N onto an empty device at its
 //!   place, in the background (202, the rebuild's status).
-//! - `GET /admin/v1/repair`: the rebuild running or last run (404 when none ran).
+//! - `POST /admin/v1/scrub`: verifies every object and set in the background (202).
+//! - `GET /admin/v1/repair`: the rebuild or scrub running or last run (404 when none ran).
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
@@ -50,8 +51,12 @@ pub async fn answer<B>(store: &Store, token: Option<&str>, req: &Request<B>) -> 
             None => error(
                 StatusCode::NOT_FOUND,
                 "NoRepair",
-                "no rebuild has run since the server started",
+                "no rebuild or scrub has run since the server started",
             ),
+        },
+        (&Method::POST, ["scrub"]) => match store.start_scrub("requested").await {
+            Ok(r) => json(StatusCode::ACCEPTED, &r),
+            Err(e) => store_error(&e),
         },
         (&Method::POST, ["devices", n, op]) => {
             let Ok(d) = n.parse::<usize>() else {

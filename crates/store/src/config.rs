@@ -62,11 +62,14 @@ pub struct RepairConfig {
     /// How often each device's files are checked; a device whose folder or files vanished or
     /// shrank is taken out of service. Zero: never.
     pub watch_interval: Duration,
-    /// Objects rebuilt at once by a rebuild while serving (foreground requests keep the rest
+    /// Objects rebuilt (or scrubbed) at once while serving (foreground requests keep the rest
     /// of each device's queue).
     pub concurrency: usize,
-    /// Most bytes per second such a rebuild writes; `None`: no limit.
+    /// Most bytes per second such a rebuild (or a scrub) writes; `None`: no limit.
     pub write_bytes_per_s_max: Option<u64>,
+    /// Time from the end of one complete scrub to the start of the next while serving; zero:
+    /// no scheduled scrubs.
+    pub scrub_interval: Duration,
 }
 
 impl Default for RepairConfig {
@@ -75,6 +78,7 @@ impl Default for RepairConfig {
             watch_interval: Duration::from_secs(2),
             concurrency: 4,
             write_bytes_per_s_max: None,
+            scrub_interval: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }
@@ -259,6 +263,9 @@ watch_interval_ms = 2000
 # bytes per second it writes (0: no limit).
 concurrency = 4
 write_bytes_per_s_max = 0
+# Seconds from the end of one complete scrub (every object verified, damage repaired; its
+# report in <data_dir>/scrub-report.json) to the start of the next (0: none scheduled).
+scrub_interval_s = 604800
 "#;
 
 #[derive(Deserialize)]
@@ -278,6 +285,7 @@ struct RepairSection {
     watch_interval_ms: Option<u64>,
     concurrency: Option<usize>,
     write_bytes_per_s_max: Option<u64>,
+    scrub_interval_s: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -377,6 +385,9 @@ impl StoreConfig {
                     Some(n) => Some(n),
                     None => base.write_bytes_per_s_max,
                 },
+                scrub_interval: r
+                    .scrub_interval_s
+                    .map_or(base.scrub_interval, Duration::from_secs),
             };
         }
         c.validate()?;

@@ -3,6 +3,7 @@
 //! `s3` crate speaks S3 on top. See `docs/store.md`.
 
 pub mod array;
+mod background;
 pub mod config;
 mod devices;
 pub mod error;
@@ -17,10 +18,13 @@ mod open;
 mod record;
 mod repair;
 pub mod retention;
+mod risk;
+mod scrubber;
 mod store;
 pub mod types;
 mod versions;
 
+pub use background::RepairStatus;
 pub use config::{
     DeviceKind, DevicesConfig, RepairConfig, SeparationConfig, StoreConfig, EXAMPLE_TOML,
 };
@@ -29,8 +33,9 @@ pub use identity::{DeviceHealth, NotCurrent};
 pub use load::LoadReport;
 pub use metrics::{DeviceStatus, StoreStatus};
 pub use multipart::{multipart_etag, PART_NUMBER_MAX};
-pub use online::RepairStatus;
 pub use railstore_redundancy::{Mechanism, RepairOptions, RepairProgress, RepairReport};
+pub use risk::RiskReport;
+pub use scrubber::ScrubRecord;
 pub use store::{check_bucket_name, Store, KEY_BYTES_MAX};
 pub use types::{
     body_from, collect_body, Body, BucketInfo, ChecksumsAtEnd, GetObject, ListEntry, ListPage,

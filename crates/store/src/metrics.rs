@@ -81,9 +81,15 @@ pub struct StoreStatus {
     pub object_bytes: u64,
     /// Multipart uploads in progress.
     pub uploads: usize,
-    /// The rebuild running, or the last one since the server started.
+    /// The rebuild or scrub running, or the last one since the server started.
     #[serde(default)]
-    pub repair: Option<crate::online::RepairStatus>,
+    pub repair: Option<crate::background::RepairStatus>,
+    /// The last scrub's report (kept in the data folder).
+    #[serde(default)]
+    pub last_scrub: Option<crate::scrubber::ScrubRecord>,
+    /// The objects at risk while devices are out of service (`None` while all serve).
+    #[serde(default)]
+    pub at_risk: Option<crate::risk::RiskReport>,
 }
 
 fn role_name(r: Role) -> &'static str {
@@ -128,6 +134,7 @@ impl Store {
                 recorded: recorded.map(|(h, _)| h),
             });
         }
+        let risk = self.objects_at_risk();
         let st = inner.state.read().unwrap();
         StoreStatus {
             data_dir: inner.config.data_dir.display().to_string(),
@@ -148,6 +155,8 @@ impl Store {
                 .sum(),
             uploads: st.buckets.values().map(|b| b.uploads.len()).sum(),
             repair: self.repair_status(),
+            last_scrub: self.last_scrub(),
+            at_risk: (!risk.devices_out.is_empty()).then_some(risk),
         }
     }
 
@@ -295,8 +304,27 @@ impl Store {
             "Device capacity.",
             &per_device(&|d| d.capacity_bytes),
         );
+        let risk = status.at_risk.clone().unwrap_or_default();
+        metric(
+            "objects_at_risk",
+            "gauge",
+            "Objects with pieces on devices out of service.",
+            &[(String::new(), risk.objects_at_risk)],
+        );
+        metric(
+            "objects_without_redundancy",
+            "gauge",
+            "Objects at risk with no redundancy left.",
+            &[(String::new(), risk.objects_without_redundancy)],
+        );
+        metric(
+            "objects_unreadable",
+            "gauge",
+            "Objects with more pieces out than their mechanism tolerates.",
+            &[(String::new(), risk.objects_unreadable)],
+        );
         let repair = status.repair.as_ref();
-        let rebuild = |f: &dyn Fn(&crate::online::RepairStatus) -> u64| {
+        let rebuild = |f: &dyn Fn(&crate::background::RepairStatus) -> u64| {
             vec![(String::new(), repair.map_or(0, f))]
         };
         metric(

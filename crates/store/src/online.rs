@@ -8,6 +8,7 @@
 //! tags), and runs the manager's rebuild: the device takes writes at once and serves reads
 //! only once the rebuild has finished and the array has recorded it back in service.
 
+use crate::background::{RepairStatus, RunKind};
 use crate::config::DeviceKind;
 use crate::devices::{device_path, open_device};
 use crate::error::{Result, StoreError};
@@ -16,152 +17,11 @@ use crate::open::move_aside;
 use crate::store::{Inner, Store};
 use railstore_device::{Device, RetryingDevice};
 use railstore_redundancy::{RedundancyError, RepairOptions, RepairProgress, RepairReport};
-use serde::{Deserialize, Serialize};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-/// A rebuild started while serving.
-pub(crate) struct RepairRun {
-    device: usize,
-    started: Instant,
-    started_unix_ms: u64,
-    progress: Arc<RepairProgress>,
-    /// Set when it ended: its report, or why it stopped.
-    outcome: Option<std::result::Result<RepairReport, String>>,
-    finished_after: Option<Duration>,
-    task: Option<tokio::task::JoinHandle<()>>,
-}
-
-/// A rebuild as `/status`, the admin API and `railstore repair status` show it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RepairStatus {
-    /// Still running.
-    pub running: bool,
-    /// What it does (`rebuild`).
-    pub kind: String,
-    /// The device rebuilt.
-    pub device: usize,
-    /// When it started (Unix milliseconds).
-    pub started_unix_ms: u64,
-    /// Seconds it has run (or ran).
-    pub elapsed_s: f64,
-    /// Device keys listed so far (the walk before the objects are known).
-    pub keys_listed: u64,
-    /// Objects and packing sets to check; 0 while the walk lists them.
-    pub items_total: u64,
-    /// Objects and sets checked.
-    pub items_done: u64,
-    /// Bytes written so far.
-    pub bytes_done: u64,
-    /// Bytes still to write, estimated from the bytes per item so far.
-    pub bytes_to_do: u64,
-    /// Bytes written per second.
-    pub bytes_per_s: f64,
-    /// Objects and sets checked per second.
-    pub items_per_s: f64,
-    /// Seconds left at the rate so far, once it can be told.
-    pub eta_s: Option<f64>,
-    /// Objects that could not be rebuilt (lost beyond the tolerance), once finished.
-    pub objects_lost: u64,
-    /// Why it stopped, when it did not finish.
-    pub error: Option<String>,
-}
-
-impl RepairRun {
-    fn status(&self) -> RepairStatus {
-        let p = &self.progress;
-        let elapsed = self
-            .finished_after
-            .unwrap_or_else(|| self.started.elapsed())
-            .as_secs_f64();
-        let items_total = p.items_total.load(Ordering::Relaxed);
-        let items_done = p.items_done.load(Ordering::Relaxed);
-        let bytes_done = p.bytes_written.load(Ordering::Relaxed);
-        let left = items_total.saturating_sub(items_done);
-        let per_item = if items_done > 0 {
-            bytes_done as f64 / items_done as f64
-        } else {
-            0.0
-        };
-        let items_per_s = if elapsed > 0.0 {
-            items_done as f64 / elapsed
-        } else {
-            0.0
-        };
-        let running = self.outcome.is_none();
-        RepairStatus {
-            running,
-            kind: "rebuild".into(),
-            device: self.device,
-            started_unix_ms: self.started_unix_ms,
-            elapsed_s: elapsed,
-            keys_listed: p.keys_listed.load(Ordering::Relaxed),
-            items_total,
-            items_done,
-            bytes_done,
-            bytes_to_do: (left as f64 * per_item) as u64,
-            bytes_per_s: if elapsed > 0.0 {
-                bytes_done as f64 / elapsed
-            } else {
-                0.0
-            },
-            items_per_s,
-            eta_s: (running && items_total > 0 && items_per_s > 0.0)
-                .then(|| left as f64 / items_per_s),
-            objects_lost: match &self.outcome {
-                Some(Ok(r)) => r.objects_lost.len() as u64,
-                _ => 0,
-            },
-            error: match &self.outcome {
-                Some(Err(e)) => Some(e.clone()),
-                _ => None,
-            },
-        }
-    }
-}
+use std::time::Duration;
 
 impl Store {
-    /// The rebuild running, or the last one since the store opened.
-    pub fn repair_status(&self) -> Option<RepairStatus> {
-        self.inner
-            .repair
-            .lock()
-            .unwrap()
-            .as_ref()
-            .map(|r| r.status())
-    }
-
-    /// Waits until no rebuild runs; returns the last one's status.
-    pub async fn wait_for_repair(&self) -> Option<RepairStatus> {
-        let task = self
-            .inner
-            .repair
-            .lock()
-            .unwrap()
-            .as_mut()
-            .and_then(|r| r.task.take());
-        if let Some(t) = task {
-            let _ = t.await;
-        }
-        self.repair_status()
-    }
-
-    /// Stops a running rebuild (at shutdown): its device stays `rebuilding`, so the next start
-    /// rebuilds it again.
-    pub(crate) async fn stop_repair(&self) {
-        let task = {
-            let mut run = self.inner.repair.lock().unwrap();
-            run.as_mut().and_then(|r| {
-                r.progress.cancel.store(true, Ordering::SeqCst);
-                r.task.take()
-            })
-        };
-        if let Some(t) = task {
-            let _ = t.await;
-        }
-    }
-
     /// Devices out of service (failed or being rebuilt).
     fn out_of_service(&self) -> Vec<usize> {
         let io = self.inner.manager.devices();
@@ -217,6 +77,21 @@ impl Store {
     /// while the store serves. Watch it with [`Store::repair_status`]. Refused for a device
     /// in service (fail it first), while another rebuild runs, and for memory devices.
     pub async fn replace_device(&self, d: usize) -> Result<RepairStatus> {
+        let options = RepairOptions {
+            concurrency: self.inner.config.repair.concurrency,
+            write_bytes_per_s_max: self.inner.config.repair.write_bytes_per_s_max,
+        };
+        self.replace_device_with(d, options).await
+    }
+
+    /// [`Store::replace_device`] with the rebuild's throttle given (`railstore bench repair`
+    /// compares it with none).
+    pub async fn replace_device_with(
+        &self,
+        d: usize,
+        options: RepairOptions,
+    ) -> Result<RepairStatus> {
+        let _one_at_a_time = self.inner.repair_ops.lock().await;
         self.check_open()?;
         self.check_device_index(d)?;
         let inner = &self.inner;
@@ -232,14 +107,7 @@ impl Store {
                 "device {d} is in service: take it out first (railstore device fail {d})"
             )));
         }
-        if let Some(r) = inner.repair.lock().unwrap().as_ref() {
-            if r.outcome.is_none() {
-                return Err(StoreError::Conflict(format!(
-                    "device {} is being rebuilt; one rebuild at a time",
-                    r.device
-                )));
-            }
-        }
+        self.check_idle()?;
         if let Some(id) = &inner.identity {
             // A restart before the rebuild ends takes the device for what it is: half built.
             id.set_health(d, DeviceHealth::Rebuilding, Some("rebuild started".into()))?;
@@ -273,50 +141,17 @@ impl Store {
                 source,
             })?;
         tracing::info!(device = d, path = %device_path(&inner.config, d).display(), "rebuilding device while serving");
-        Ok(self.start_rebuild(d))
+        self.start_rebuild(d, options)
     }
 
     /// Runs the rebuild of device `d` (already in its slot and readmitted) in the background.
-    fn start_rebuild(&self, d: usize) -> RepairStatus {
-        let inner = &self.inner;
+    fn start_rebuild(&self, d: usize, options: RepairOptions) -> Result<RepairStatus> {
         let progress = Arc::new(RepairProgress::default());
-        let options = RepairOptions {
-            concurrency: inner.config.repair.concurrency,
-            write_bytes_per_s_max: inner.config.repair.write_bytes_per_s_max,
-        };
         let store = self.clone();
         let p = progress.clone();
-        let mut run = inner.repair.lock().unwrap();
-        let task = tokio::spawn(async move {
-            let outcome = store.rebuild_in_place(d, options, p).await;
-            match &outcome {
-                Ok(r) => tracing::info!(
-                    device = d,
-                    objects = r.objects,
-                    lost = r.objects_lost.len(),
-                    bytes = r.bytes_written,
-                    secs = r.elapsed.as_secs_f64(),
-                    "device rebuilt while serving"
-                ),
-                Err(e) => tracing::warn!(device = d, error = %e, "rebuild stopped"),
-            }
-            if let Some(r) = store.inner.repair.lock().unwrap().as_mut() {
-                r.finished_after = Some(r.started.elapsed());
-                r.outcome = Some(outcome.map_err(|e| e.to_string()));
-            }
-        });
-        *run = Some(RepairRun {
-            device: d,
-            started: Instant::now(),
-            started_unix_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |t| t.as_millis() as u64),
-            progress,
-            outcome: None,
-            finished_after: None,
-            task: Some(task),
-        });
-        run.as_ref().expect("just set").status()
+        self.start_run(RunKind::Rebuild(d), progress, async move {
+            store.rebuild_in_place(d, options, p).await
+        })
     }
 
     async fn rebuild_in_place(
@@ -334,9 +169,9 @@ impl Store {
             .rebuild(d, through_rails, options, progress)
             .await
             .map_err(|e| match e {
-                RedundancyError::Cancelled => {
-                    StoreError::Config("stopped by the shutdown; the next start resumes it".into())
-                }
+                RedundancyError::Cancelled => StoreError::Conflict(
+                    "stopped by the shutdown; the next start resumes it".into(),
+                ),
                 e => e.into(),
             })?;
         inner.manager.sync().await?;

@@ -9,6 +9,7 @@ use crate::error::{Result, StoreError};
 use crate::identity::{sync_dir, write_durably, ArrayIdentity, DeviceHealth, NotCurrent};
 use crate::metrics::Metrics;
 use crate::online::device_watch;
+use crate::scrubber::scrub_schedule;
 use crate::store::{reaper, Committer, Inner, State, Store, CLEAN_MARKER, RECORD_LOCK_STRIPES};
 use railstore_device::{Device, DeviceSlot, MemConfig, MemDevice, RetryingDevice};
 use railstore_rails::{RailsConfig, ScheduleConfig};
@@ -49,7 +50,14 @@ impl Store {
         store.load().await?;
         let weak = Arc::downgrade(&store.inner);
         tokio::spawn(reaper(weak.clone()));
-        tokio::spawn(device_watch(weak, store.inner.config.repair.watch_interval));
+        tokio::spawn(device_watch(
+            weak.clone(),
+            store.inner.config.repair.watch_interval,
+        ));
+        tokio::spawn(scrub_schedule(
+            weak,
+            store.inner.config.repair.scrub_interval,
+        ));
         Ok(store)
     }
 
@@ -208,6 +216,7 @@ impl Store {
                 devices: devices.into_iter().map(Mutex::new).collect(),
                 slots,
                 repair: Mutex::new(None),
+                repair_ops: tokio::sync::Mutex::new(()),
                 state: RwLock::new(State::default()),
                 locks: (0..RECORD_LOCK_STRIPES)
                     .map(|_| tokio::sync::Mutex::new(()))

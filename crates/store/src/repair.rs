@@ -11,15 +11,14 @@ use std::sync::Arc;
 
 impl Store {
     /// Verifies every object and set, repairs what is wrong and rolls interrupted writes
-    /// forward or back (run after an unclean shutdown; safe while serving).
+    /// forward or back (run after an unclean shutdown; safe while serving). Its report is kept
+    /// in the data folder (`scrubber.rs`).
     pub async fn scrub(
         &self,
         options: RepairOptions,
         progress: Arc<RepairProgress>,
     ) -> Result<RepairReport> {
-        let report = self.inner.manager.scrub(options, progress).await?;
-        self.scrub_done();
-        Ok(report)
+        self.scrub_and_record("requested", options, progress).await
     }
 
     /// Rebuilds device `device` of a stopped store onto an empty device at its place: its old

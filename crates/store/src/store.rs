@@ -163,7 +163,9 @@ pub(crate) struct Inner {
     /// The slot each device sits in under rails (`online.rs` swaps them).
     pub slots: Vec<Arc<railstore_device::DeviceSlot>>,
     /// The rebuild running or last run while serving.
-    pub repair: Mutex<Option<crate::online::RepairRun>>,
+    pub repair: Mutex<Option<crate::background::RepairRun>>,
+    /// Held while a rebuild or scrub is being started (one start at a time).
+    pub repair_ops: tokio::sync::Mutex<()>,
     pub state: RwLock<State>,
     pub locks: Vec<tokio::sync::Mutex<()>>,
     pub bucket_ops: tokio::sync::Mutex<()>,

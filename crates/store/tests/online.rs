@@ -126,6 +126,16 @@ async fn a_vanished_device_is_failed_and_rebuilt_while_a_client_works() {
         "{:?}",
         s.devices[2].error
     );
+    // At risk: every packed and split object (their pieces span all six devices) and the
+    // rep3 objects with a copy on device 2 (about half of the ten); none lost.
+    let risk = s.at_risk.clone().expect("degraded");
+    assert_eq!(risk.devices_out, vec![2]);
+    assert!((30..40).contains(&risk.objects_at_risk), "{risk:?}");
+    assert_eq!(
+        (risk.objects_without_redundancy, risk.objects_unreadable),
+        (0, 0),
+        "{risk:?}"
+    );
     check_all(&store, &model).await;
 
     // A device in service is not replaced; an unknown one is refused.
@@ -142,7 +152,7 @@ async fn a_vanished_device_is_failed_and_rebuilt_while_a_client_works() {
     let stop = Arc::new(AtomicBool::new(false));
     let writer = client(store.clone(), model.clone(), stop.clone());
     let started = store.replace_device(2).await.unwrap();
-    assert!(started.running && started.device == 2);
+    assert!(started.running && started.device == Some(2));
     let done = store.wait_for_repair().await.unwrap();
     stop.store(true, Ordering::SeqCst);
     let written = writer.await.unwrap();
@@ -156,6 +166,7 @@ async fn a_vanished_device_is_failed_and_rebuilt_while_a_client_works() {
     let s = store.status().await;
     assert!(s.devices[2].healthy, "{:?}", s.devices[2]);
     assert_eq!(s.devices[2].recorded, Some(DeviceHealth::Ok));
+    assert_eq!(s.at_risk, None);
     eprintln!("client wrote {written} objects during the rebuild: {done:?}");
 
     // Whole again: every object reads, and a scrub has nothing to put back.
@@ -188,9 +199,16 @@ async fn a_rebuild_cut_off_by_a_shutdown_is_resumed_at_the_next_start() {
         Some(DeviceHealth::Failed)
     );
     // Two out of service is what rep3 (the policy's weakest) tolerates; a third is refused.
-    store.fail_device(4, "operator test").unwrap();
+    store.fail_device(2, "operator test").unwrap();
+    let risk = store.objects_at_risk();
+    assert_eq!(risk.devices_out, vec![1, 2]);
+    assert_eq!(risk.objects_unreadable, 0, "{risk:?}");
+    assert!(
+        risk.objects_at_risk >= 30 && risk.objects_without_redundancy > 0,
+        "{risk:?}"
+    );
     assert!(matches!(
-        store.fail_device(5, "operator test"),
+        store.fail_device(4, "operator test"),
         Err(StoreError::Conflict(_))
     ));
     store.replace_device(1).await.unwrap();
@@ -216,8 +234,8 @@ async fn a_rebuild_cut_off_by_a_shutdown_is_resumed_at_the_next_start() {
         (None, 0),
         "{done:?}"
     );
-    // Device 4 next, by the operator.
-    store.replace_device(4).await.unwrap();
+    // Device 2 next, by the operator.
+    store.replace_device(2).await.unwrap();
     let done = store.wait_for_repair().await.unwrap();
     assert_eq!(
         (done.error.clone(), done.objects_lost),
@@ -262,4 +280,86 @@ async fn reopen(cfg: &StoreConfig) -> Store {
         }
     }
     panic!("the data folder stayed in use");
+}
+
+/// Pieces deleted from a device while the store was stopped are put back by the scrub the
+/// schedule starts, and every scrub leaves its report in the data folder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_scrub_heals_what_it_finds_and_keeps_its_report() {
+    use railstore_device::Device;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let store = Store::open(cfg.clone()).await.unwrap();
+    let model = fill(&store).await;
+    store.shutdown().await.unwrap();
+    drop(store);
+    // Every third piece of device 0 goes (its own records, not rails' reserved keys).
+    let dev_dir = dir.path().join("devices").join("0");
+    let dev = wait_for_device(&dev_dir);
+    let keys = railstore_device::iterate_all(&dev, b"", false)
+        .await
+        .unwrap();
+    let mut deleted = 0;
+    for e in keys.iter().filter(|e| e.key[0] != 0xFF).step_by(3) {
+        dev.delete(&e.key, true).await.unwrap();
+        deleted += 1;
+    }
+    dev.sync().await.unwrap();
+    dev.close_blocking().unwrap();
+    drop(dev);
+    assert!(deleted > 10, "{deleted} pieces deleted");
+
+    let mut cfg = cfg;
+    cfg.repair.scrub_interval = Duration::from_millis(300);
+    let store = reopen(&cfg).await;
+    assert!(!store.unclean_start());
+    wait_until("a scheduled scrub has finished", || {
+        store.last_scrub().is_some()
+    })
+    .await;
+    let first = store.last_scrub().unwrap();
+    assert_eq!(first.reason, "scheduled");
+    assert_eq!(
+        (first.error.clone(), first.objects_lost),
+        (None, 0),
+        "{first:?}"
+    );
+    assert!(
+        first.pieces_repaired >= deleted,
+        "{first:?} ({deleted} deleted)"
+    );
+    check_all(&store, &model).await;
+    // The next one, an interval later, finds the array whole.
+    wait_until("a second scheduled scrub has finished", || {
+        store
+            .last_scrub()
+            .is_some_and(|r| r.finished_unix_ms > first.finished_unix_ms)
+    })
+    .await;
+    let second = store.last_scrub().unwrap();
+    assert_eq!(
+        (second.pieces_repaired, second.error.clone()),
+        (0, None),
+        "{second:?}"
+    );
+    assert_eq!(store.status().await.last_scrub, Some(second.clone()));
+    store.shutdown().await.unwrap();
+    let history = std::fs::read_to_string(dir.path().join("scrub-history.jsonl")).unwrap();
+    assert!(history.lines().count() >= 2, "{history}");
+}
+
+/// Opens a stopped store's device folder once the store has let go of it.
+fn wait_for_device(path: &Path) -> railstore_device::FileDevice {
+    let cfg = railstore_device::FileConfig {
+        capacity_bytes: 1 << 30,
+        direct_io: false,
+        ..Default::default()
+    };
+    for _ in 0..100 {
+        match railstore_device::FileDevice::open(path, cfg.clone()) {
+            Ok(d) => return d,
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+    panic!("{} stayed in use", path.display());
 }
