@@ -7,7 +7,15 @@ use std::process::Command;
 fn bench_repair_rebuilds_under_load_and_reports_both_ratios() {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
-        .args(["bench", "repair", "--quick", "--clients", "4", "--json", "-"])
+        .args([
+            "bench",
+            "repair",
+            "--quick",
+            "--clients",
+            "4",
+            "--json",
+            "-",
+        ])
         .arg("--path")
         .arg(dir.path())
         .output()

@@ -175,8 +175,23 @@ impl Store {
                 e => e.into(),
             })?;
         inner.manager.sync().await?;
+        if inner.manager.devices().is_failed(d) {
+            // Failed again while it was rebuilt (by the operator, or a write that did not
+            // land): it stays out of service.
+            return Err(StoreError::Conflict(format!(
+                "device {d} failed while it was rebuilt; replace it again"
+            )));
+        }
         if let Some(id) = &inner.identity {
             id.readmit(d, inner.slots[d].as_ref()).await?;
+            if inner.manager.devices().is_failed(d) {
+                // It failed between the check and the record: record that instead.
+                id.set_health(
+                    d,
+                    DeviceHealth::Failed,
+                    Some("failed as it was readmitted".into()),
+                )?;
+            }
         }
         Ok(report)
     }

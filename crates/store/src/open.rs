@@ -248,6 +248,8 @@ impl Store {
         if self.inner.closing.swap(true, Ordering::SeqCst) {
             return Err(StoreError::ShuttingDown);
         }
+        // A rebuild or scrub stops first, so the final sync covers what it wrote.
+        self.stop_repair().await;
         // Let operations that passed the closing check finish their record writes.
         for l in &self.inner.locks {
             drop(l.lock().await);
@@ -265,7 +267,6 @@ impl Store {
                 self.reap(true).await;
             }
         }
-        self.stop_repair().await;
         let files: Vec<_> = self
             .inner
             .devices
@@ -301,6 +302,18 @@ impl Store {
 /// Moves device `d`'s old contents aside (for a rebuild onto an empty device).
 pub(crate) fn move_aside(config: &StoreConfig, d: usize) -> Result<()> {
     let path = device_path(config, d);
+    if std::fs::metadata(&path).is_ok_and(|m| {
+        use std::os::unix::fs::FileTypeExt;
+        m.file_type().is_block_device()
+    }) {
+        // Renaming a device node would not empty the disk, and reopening it would take its
+        // old contents for the new device's.
+        return Err(StoreError::Config(format!(
+            "device {d} is the block device {}: railstore neither moves nor wipes block \
+             devices, so it cannot rebuild onto one in place yet",
+            path.display()
+        )));
+    }
     if path.exists() {
         let secs = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -282,6 +282,32 @@ async fn reopen(cfg: &StoreConfig) -> Store {
     panic!("the data folder stayed in use");
 }
 
+/// A device failed again while it is rebuilt is not readmitted: it stays out of service,
+/// recorded failed, and the rebuild reports why it stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_failed_during_its_rebuild_stays_out_of_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.repair.concurrency = 1;
+    cfg.repair.write_bytes_per_s_max = Some(100 << 10);
+    let store = Store::open(cfg).await.unwrap();
+    let model = fill(&store).await;
+    store.fail_device(3, "test").unwrap();
+    store.replace_device(3).await.unwrap();
+    wait_until("the rebuild has written something", || {
+        store.repair_status().is_some_and(|r| r.bytes_done > 0)
+    })
+    .await;
+    store.fail_device(3, "pulled again").unwrap();
+    let done = store.wait_for_repair().await.unwrap();
+    assert!(done.error.is_some(), "{done:?}");
+    let s = store.status().await;
+    assert!(!s.devices[3].healthy, "{:?}", s.devices[3]);
+    assert_eq!(s.devices[3].recorded, Some(DeviceHealth::Failed));
+    check_all(&store, &model).await;
+    store.shutdown().await.unwrap();
+}
+
 /// Pieces deleted from a device while the store was stopped are put back by the scrub the
 /// schedule starts, and every scrub leaves its report in the data folder.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
