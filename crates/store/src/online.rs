@@ -249,7 +249,11 @@ pub(crate) async fn device_watch(store: Weak<Inner>, interval: Duration) {
         .unwrap_or_default();
         for (d, why) in gone {
             if let Err(e) = store.record_failure(d, &why) {
+                // Not recorded, but not used either: its data is gone (and at the next start
+                // its folder or identity is found missing).
                 tracing::error!(device = d, error = %e, "recording a vanished device");
+                store.inner.rails_layer.mark_failed(d);
+                store.inner.manager.devices().mark_failed(d);
             }
         }
     }
