@@ -1357,6 +1357,30 @@ where
     }
 }
 
+/// Creates the plan's bucket through `s3`.
+async fn make_bucket(s3: &Target, plan: &Plan) -> Result<()> {
+    s3.client()
+        .create_bucket(&plan.bucket)
+        .await
+        .map_err(|e| anyhow::anyhow!(e))
+}
+
+/// Stores the plan's objects: through `store` when it is the store behind the endpoint, in
+/// this process (quicker, and not what is measured), else through `s3`.
+async fn preload_via(
+    args: &LoadArgs,
+    plan: &Plan,
+    s3: &Target,
+    store: Option<&Store>,
+    data: &Bytes,
+) -> Result<()> {
+    let via = match store {
+        Some(s) => Target::Store(s.clone()),
+        None => s3.clone(),
+    };
+    preload(args, plan, &via, data).await
+}
+
 async fn preload(args: &LoadArgs, plan: &Plan, target: &Target, data: &Bytes) -> Result<()> {
     let (bucket, prefix, data) = (plan.bucket.clone(), plan.prefix.clone(), data.clone());
     for_each_key(
@@ -1443,23 +1467,14 @@ pub async fn measure(
         args.say(line);
     }
     args.say(&table_header());
-    let mut c = s3.client();
-    c.create_bucket(&plan.bucket)
-        .await
-        .map_err(|e| anyhow::anyhow!(e))?;
-    drop(c);
+    make_bucket(&s3, &plan).await?;
     let data = object_data(plan.size_bytes, plan.seed);
     let mut runs = Vec::new();
     let mut preloaded = false;
     let mut s3_put_keys = Vec::new();
     for &w in &plan.workloads {
         if w.needs_objects() && !preloaded {
-            // Through the store when it is here: quicker, and not what is measured.
-            let via = match store {
-                Some(s) => Target::Store(s.clone()),
-                None => s3.clone(),
-            };
-            preload(args, &plan, &via, &data).await?;
+            preload_via(args, &plan, &s3, store, &data).await?;
             preloaded = true;
         }
         for round in 0..plan.rounds {

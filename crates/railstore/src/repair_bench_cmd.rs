@@ -11,7 +11,7 @@
 //! steps 2 and 3, and the two ratios the issue names: GET p99 during the rebuild against the
 //! baselines, and the throttled rebuild rate against the unthrottled one.
 
-use crate::s3_bench_cmd::{describe_store, InProcess, TempDir};
+use crate::s3_bench_cmd::{describe_store, read_store_config, InProcess, TempDir};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use railstore_bench::s3load::{self, LoadArgs, RunResult, Session, Workload};
@@ -175,17 +175,7 @@ pub fn run(args: &RepairBenchArgs) -> Result<()> {
     load.plan()?;
     let parent = args.path.clone().unwrap_or_else(std::env::temp_dir);
     let dir = TempDir::new(&parent)?;
-    let mut cfg = match &args.config {
-        None => StoreConfig::default(),
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            let mut table: toml::Table =
-                toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-            table.remove("server");
-            StoreConfig::from_table(table).with_context(|| format!("in {}", path.display()))?
-        }
-    };
+    let mut cfg = read_store_config(args.config.as_deref())?;
     cfg.data_dir = dir.0.clone();
     cfg.devices.paths.clear();
     // No scheduled scrub in the middle of the measurement.
@@ -223,10 +213,7 @@ async fn measure(
     size: String,
 ) -> Result<RepairBenchReport> {
     let description = describe_store(&cfg);
-    let throttled = RepairOptions {
-        concurrency: cfg.repair.concurrency,
-        write_bytes_per_s_max: cfg.repair.write_bytes_per_s_max,
-    };
+    let throttled = cfg.repair.options();
     let unthrottled = RepairOptions::default();
     let store = Store::open(cfg).await.context("opening the store")?;
     let server = InProcess::start(&store, "us-east-1").await?;

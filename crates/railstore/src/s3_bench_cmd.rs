@@ -88,19 +88,23 @@ impl Drop for TempDir {
     }
 }
 
+/// A benchmark's store configuration: the file's without its `[server]` table, or the
+/// embedded default.
+pub(crate) fn read_store_config(path: Option<&Path>) -> Result<StoreConfig> {
+    let Some(path) = path else {
+        return Ok(StoreConfig::default());
+    };
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut table: toml::Table =
+        toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    table.remove("server");
+    StoreConfig::from_table(table).with_context(|| format!("in {}", path.display()))
+}
+
 /// The store configuration of an in-process run, on `data_dir`.
 fn store_config(args: &S3BenchArgs, data_dir: &Path) -> Result<StoreConfig> {
-    let mut cfg = match &args.config {
-        None => StoreConfig::default(),
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            let mut table: toml::Table =
-                toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-            table.remove("server");
-            StoreConfig::from_table(table).with_context(|| format!("in {}", path.display()))?
-        }
-    };
+    let mut cfg = read_store_config(args.config.as_deref())?;
     ensure!(
         cfg.devices.paths.is_empty(),
         "the configuration names device paths; bench s3 only runs on a fresh temporary data \

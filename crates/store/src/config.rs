@@ -72,6 +72,16 @@ pub struct RepairConfig {
     pub scrub_interval: Duration,
 }
 
+impl RepairConfig {
+    /// The throttle of a rebuild or scrub while serving.
+    pub fn options(&self) -> railstore_redundancy::RepairOptions {
+        railstore_redundancy::RepairOptions {
+            concurrency: self.concurrency,
+            write_bytes_per_s_max: self.write_bytes_per_s_max,
+        }
+    }
+}
+
 impl Default for RepairConfig {
     fn default() -> Self {
         RepairConfig {

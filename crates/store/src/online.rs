@@ -77,11 +77,8 @@ impl Store {
     /// while the store serves. Watch it with [`Store::repair_status`]. Refused for a device
     /// in service (fail it first), while another rebuild runs, and for memory devices.
     pub async fn replace_device(&self, d: usize) -> Result<RepairStatus> {
-        let options = RepairOptions {
-            concurrency: self.inner.config.repair.concurrency,
-            write_bytes_per_s_max: self.inner.config.repair.write_bytes_per_s_max,
-        };
-        self.replace_device_with(d, options).await
+        self.replace_device_with(d, self.inner.config.repair.options())
+            .await
     }
 
     /// [`Store::replace_device`] with the rebuild's throttle given (`railstore bench repair`

@@ -113,10 +113,7 @@ impl Store {
         let _one_at_a_time = self.inner.repair_ops.lock().await;
         self.check_open()?;
         self.check_idle()?;
-        let options = RepairOptions {
-            concurrency: self.inner.config.repair.concurrency,
-            write_bytes_per_s_max: self.inner.config.repair.write_bytes_per_s_max,
-        };
+        let options = self.inner.config.repair.options();
         let progress = Arc::new(RepairProgress::default());
         let (store, p, reason) = (self.clone(), progress.clone(), reason.to_string());
         self.start_run(RunKind::Scrub, progress, async move {

@@ -14,7 +14,7 @@ pub struct Session {
 
 impl Session {
     /// Makes the bucket and stores the plan's objects (through `store` when it is the store
-    /// behind the endpoint, in this process: quicker, and not what is measured).
+    /// behind the endpoint).
     pub async fn prepare(
         args: &LoadArgs,
         endpoint: &Endpoint,
@@ -22,17 +22,9 @@ impl Session {
     ) -> Result<Session> {
         let plan = args.plan()?;
         let s3 = Target::S3(endpoint.resolve().await?);
-        let mut c = s3.client();
-        c.create_bucket(&plan.bucket)
-            .await
-            .map_err(|e| anyhow::anyhow!(e))?;
-        drop(c);
+        make_bucket(&s3, &plan).await?;
         let data = object_data(plan.size_bytes, plan.seed);
-        let via = match store {
-            Some(s) => Target::Store(s.clone()),
-            None => s3.clone(),
-        };
-        preload(args, &plan, &via, &data).await?;
+        preload_via(args, &plan, &s3, store, &data).await?;
         settle(store).await?;
         Ok(Session {
             plan,
