@@ -859,9 +859,15 @@ impl Rails {
             .or_else(|| usable(d).then_some(d))
     }
 
-    /// The journal copies asked of each buffered write (at least one).
+    /// The journal copies asked of each buffered write now: `journal_copies` (t + 1 where the
+    /// array tolerates t lost devices) less one per device already failed, since the array
+    /// then tolerates that many fewer further losses; at least one. Asking for all of them
+    /// with a writer gone would make every buffered write wait for a role change (a frame).
     fn journal_copies(&self) -> usize {
-        self.cfg.journal_copies.max(1)
+        let failed = (0..self.devices.len())
+            .filter(|&d| self.is_failed(d))
+            .count();
+        self.cfg.journal_copies.saturating_sub(failed).max(1)
     }
 
     /// The devices holding a journal record of the write tagged `tag` to `d`.
@@ -1347,11 +1353,11 @@ impl Separated {
                 continue;
             }
             let room = st.room.notified();
-            match self.place(key, &op) {
+            // Decided once: `place` reserves journal room for exactly these copies.
+            let copies = r.journal_copies();
+            match self.place(key, &op, copies) {
                 Placed::Buffered(None) => return Ok(()),
-                Placed::Buffered(Some(tag)) => {
-                    return r.journal(d, tag, key, &op, r.journal_copies()).await
-                }
+                Placed::Buffered(Some(tag)) => return r.journal(d, tag, key, &op, copies).await,
                 Placed::Direct | Placed::Bypass(None) => {
                     r.apply(d, key, &op).await?;
                     // Set once the store is done, so a sync that finds it clean covered it.
@@ -1359,7 +1365,7 @@ impl Separated {
                     return Ok(());
                 }
                 Placed::Bypass(Some(tag)) => {
-                    r.journal(d, tag, key, &op, r.journal_copies()).await?;
+                    r.journal(d, tag, key, &op, copies).await?;
                     // Under the flush lock no batch or checkpoint runs: this write lands before
                     // any watermark is taken, and only then does the older buffered operation
                     // on the key go (a failed write leaves it, so nothing acknowledged is lost).
@@ -1380,7 +1386,7 @@ impl Separated {
     }
 
     /// Decides, under the buffer lock, where a write goes; hands out its journal tag.
-    fn place(&self, key: &[u8], op: &Pending) -> Placed {
+    fn place(&self, key: &[u8], op: &Pending, copies: usize) -> Placed {
         let (r, st) = (&self.rails, self.st());
         let journal = r.journalled();
         let role = r.role(self.d);
@@ -1398,7 +1404,7 @@ impl Separated {
             st.counters.direct_ops.fetch_add(1, Ordering::Relaxed);
             return Placed::Direct;
         }
-        let cost = journal::record_bytes(key.len(), op) as u64 * r.journal_copies() as u64;
+        let cost = journal::record_bytes(key.len(), op) as u64 * copies as u64;
         let journal_room = !journal || {
             let held = st.journal_bytes.load(Ordering::SeqCst);
             held == 0 || held + cost <= r.cfg.journal_bytes_max

@@ -1061,3 +1061,64 @@ async fn reserved_keys_are_hidden_and_refused() {
         .unwrap()
         .is_empty());
 }
+
+/// Degraded service (Rails §4.2.1): with `journal_copies = 3` and a writer failed, a buffered
+/// write asks one copy fewer (the array tolerates one loss fewer now) and is acknowledged at
+/// once from the two writers left, instead of waiting a frame for a third writer while a
+/// healthy reader that could later take a copy exists.
+#[tokio::test(start_paused = true)]
+async fn with_a_device_failed_a_buffered_write_asks_one_journal_copy_fewer_and_does_not_wait() {
+    let mut machine = Machine::new(5);
+    let schedule = ScheduleConfig {
+        colours: 5,
+        window_min: 2,
+        window_max: 2,
+        ..two_colours()
+    };
+    let cfg = RailsConfig {
+        journal_copies: 3,
+        ..RailsConfig::new(schedule)
+    };
+    let (rails, devs) = Rails::new(cfg, machine.boot(1, None), (0..5).collect()).unwrap();
+    let by_role =
+        |role: Role| -> Vec<usize> { (0..5).filter(|&d| rails.role(d) == role).collect() };
+    let (readers, writers) = (by_role(Role::Reader), by_role(Role::Writer));
+    assert_eq!(
+        (readers.len(), writers.len()),
+        (2, 3),
+        "{readers:?} {writers:?}"
+    );
+    let target = readers[0];
+    let records = || {
+        rails
+            .counters(target)
+            .journal_records
+            .load(Ordering::Relaxed)
+    };
+    let waits = || rails.counters(target).journal_waits.load(Ordering::Relaxed);
+
+    devs[target]
+        .store(b"whole", b"v", StoreMode::Upsert)
+        .await
+        .unwrap();
+    assert_eq!(records(), 3, "three copies on the three writers");
+
+    rails.mark_failed(writers[0]);
+    let started = tokio::time::Instant::now();
+    devs[target]
+        .store(b"degraded", b"v", StoreMode::Upsert)
+        .await
+        .unwrap();
+    assert_eq!(records(), 5, "two more copies, on the two writers left");
+    assert_eq!(waits(), 0, "the write waited for a role change");
+    assert!(
+        started.elapsed() < Duration::from_millis(10),
+        "acknowledged after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        rails.role(target),
+        Role::Reader,
+        "it was buffered, not written"
+    );
+}

@@ -521,10 +521,10 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
         let bound = railstore_s3::bind(store.clone(), s3)
             .await
             .with_context(|| format!("listening on {}", server.listen))?;
+        let at = bound.local_addr();
         tracing::info!(
-            "metrics at http://{}/metrics, status at http://{}/status",
-            bound.local_addr(),
-            bound.local_addr()
+            "metrics at http://{at}/metrics, status at http://{at}/status, console at \
+             http://{at}/admin/console/ (with the admin token)"
         );
         bound.serve(stop).await?;
         tracing::info!("stopping: flushing buffers and closing devices");

@@ -2,125 +2,12 @@
 //! keys from `--access-key`/`--secret-key` or `RAILSTORE_ACCESS_KEY`/`RAILSTORE_SECRET_KEY`, a
 //! `listening on` line once it accepts requests, and a clean exit on SIGTERM.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
+use common::{cli, config_file, endpoint_of, http_get, load, serve_in, Served};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::Duration;
-
-fn config_file(dir: &Path) -> std::path::PathBuf {
-    let path = dir.join("railstore.toml");
-    std::fs::write(
-        &path,
-        "[devices]\ncapacity_bytes = 1073741824\ndirect_io = false\n",
-    )
-    .unwrap();
-    path
-}
-
-/// A running server and every line it has logged so far.
-struct Served {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    log: Vec<String>,
-}
-
-impl Served {
-    fn start(cmd: &mut Command) -> Served {
-        let mut child = cmd.stderr(Stdio::piped()).spawn().expect("starts");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Served {
-            child,
-            lines,
-            log: Vec::new(),
-        }
-    }
-
-    /// Waits for a logged line containing `needle`; returns it.
-    fn wait_for(&mut self, needle: &str) -> String {
-        loop {
-            match self.lines.recv_timeout(Duration::from_secs(120)) {
-                Ok(line) => {
-                    self.log.push(line.clone());
-                    if line.contains(needle) {
-                        return line;
-                    }
-                }
-                Err(_) => panic!("no line with {needle:?}; log:\n{}", self.log.join("\n")),
-            }
-        }
-    }
-
-    /// SIGTERM, then the exit status and the rest of the log.
-    fn terminate(mut self) -> (std::process::ExitStatus, String) {
-        let pid = self.child.id().to_string();
-        assert!(Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success());
-        let status = self.child.wait().unwrap();
-        self.log.extend(self.lines.try_iter());
-        (status, self.log.join("\n"))
-    }
-}
-
-impl Drop for Served {
-    /// A test that fails half-way leaves no server behind.
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// `railstore bench s3` against `endpoint` with these keys: (success, errors counted).
-fn load(endpoint: &str, access: &str, secret: &str) -> (bool, u64, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
-        .args([
-            "bench",
-            "s3",
-            "--endpoint",
-            endpoint,
-            "--access-key",
-            access,
-            "--secret-key",
-            secret,
-            "--workload",
-            "put,get",
-            "--size",
-            "4KiB",
-            "--clients",
-            "2",
-            "--ops",
-            "40",
-            "--objects",
-            "10",
-            "--warmup",
-            "0s",
-            "--quiet",
-            "--no-plots",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    let errors = serde_json::from_str::<serde_json::Value>(&stdout)
-        .ok()
-        .and_then(|r| r["errors"].as_u64())
-        .unwrap_or(u64::MAX);
-    (out.status.success(), errors, format!("{stdout}\n{stderr}"))
-}
 
 #[test]
 fn serve_takes_keys_from_the_environment_and_stops_cleanly_on_sigterm() {
@@ -193,37 +80,6 @@ fn serve_refuses_half_a_key_pair() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--secret-key"), "{stderr}");
     assert!(!dir.path().join("data").exists(), "something was created");
-}
-
-/// The address a started server logged.
-fn endpoint_of(served: &mut Served) -> String {
-    let line = served.wait_for("listening on");
-    line[line.find("http://").expect("an address")..]
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string()
-}
-
-/// A bare `GET path` with `extra` header lines: (status line, body).
-fn http_get(endpoint: &str, path: &str, extra: &str) -> (String, String) {
-    use std::io::{Read, Write};
-    let addr = endpoint.trim_start_matches("http://");
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{extra}Connection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut buf = Vec::new();
-    let _ = s.read_to_end(&mut buf);
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    (
-        head.lines().next().unwrap_or("").to_string(),
-        body.to_string(),
-    )
 }
 
 /// Paths under `dir` (itself included) that group or others may use.
@@ -495,42 +351,13 @@ fn serve_takes_its_limits_and_operator_token_from_the_configuration() {
     );
 }
 
-/// `railstore` with these arguments: (success, stdout and stderr).
-fn cli(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
-        .args(args)
-        .env_remove("RAILSTORE_ADMIN_TOKEN")
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
 /// The admin API from the command line: a device failed and replaced on a running server
 /// while it serves, the admin token found in the data folder, wrong or missing tokens refused.
 #[test]
 fn a_device_is_failed_and_replaced_on_a_running_server() {
     let dir = tempfile::tempdir().unwrap();
-    let config = config_file(dir.path());
     let data = dir.path().join("data");
-    let mut served = Served::start(
-        Command::new(env!("CARGO_BIN_EXE_railstore"))
-            .arg("serve")
-            .arg("--config")
-            .arg(&config)
-            .arg("--data")
-            .arg(&data)
-            .args(["--listen", "127.0.0.1:0"])
-            .env("RAILSTORE_ACCESS_KEY", "admin-test")
-            .env("RAILSTORE_SECRET_KEY", "admin-test-secret-0123"),
-    );
-    let endpoint = endpoint_of(&mut served);
+    let (served, endpoint) = serve_in(dir.path(), "admin-test", "admin-test-secret-0123");
     let addr = endpoint.trim_start_matches("http://").to_string();
     let (ok, errors, out) = load(&endpoint, "admin-test", "admin-test-secret-0123");
     assert!(ok && errors == 0, "{out}");

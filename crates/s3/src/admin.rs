@@ -1,14 +1,19 @@
 //! The admin API (docs/admin.md): JSON over HTTP under `/admin/v1/`, on the S3 listener,
 //! every request authenticated by `Authorization: Bearer <admin token>` before anything else
 //! is looked at. No request body is read: every operation is named by its method and path.
+//! The console's page and scripts under `/admin/console/` are static and public (`console.rs`);
+//! what they show comes from this API, with the token the operator gives the page.
 //!
 //! - `GET /admin/v1/status`: the store's status (as `/status`).
+//! - `GET /admin/v1/latency[?seconds=N]`: S3 read and write latency per second, the last
+//!   N seconds (300 at most and by default).
 //! - `POST /admin/v1/devices/N/fail[?reason=TEXT]`: takes device N out of service.
 //! - `POST /admin/v1/devices/N/replace`: rebuilds failed device N onto an empty device at its
 //!   place, in the background (202, the rebuild's status).
 //! - `POST /admin/v1/scrub`: verifies every object and set in the background (202).
 //! - `GET /admin/v1/repair`: the rebuild or scrub running or last run (404 when none ran).
 
+use crate::latency::LatencyHistory;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use railstore_store::{Store, StoreError};
@@ -16,27 +21,47 @@ use railstore_store::{Store, StoreError};
 /// The path prefix the admin API answers under.
 pub const PREFIX: &str = "/admin/";
 
-/// Answers one admin request. `token` is the admin token; without one the API is off.
-pub async fn answer<B>(store: &Store, token: Option<&str>, req: &Request<B>) -> Response<Bytes> {
-    let Some(token) = token else {
-        return error(
-            StatusCode::FORBIDDEN,
-            "AdminDisabled",
-            "the admin API is off: the server has no admin token",
-        );
-    };
-    if !crate::guard::bearer_matches(req.headers(), token) {
-        let mut resp = error(
-            StatusCode::UNAUTHORIZED,
-            "Unauthorized",
-            "the admin API needs Authorization: Bearer <admin token>",
-        );
-        resp.headers_mut().insert(
-            http::header::WWW_AUTHENTICATE,
-            http::HeaderValue::from_static("Bearer realm=\"railstore admin\""),
-        );
-        return resp;
+/// What the admin API answers from.
+pub struct Admin<'a> {
+    pub store: &'a Store,
+    /// The admin token; without one the API is off.
+    pub token: Option<&'a str>,
+    /// The S3 requests' latency history.
+    pub latency: &'a LatencyHistory,
+}
+
+impl Admin<'_> {
+    /// Answers one admin request.
+    pub async fn answer<B>(&self, req: &Request<B>) -> Response<Bytes> {
+        let Some(token) = self.token else {
+            return error(
+                StatusCode::FORBIDDEN,
+                "AdminDisabled",
+                "the admin API is off: the server has no admin token",
+            );
+        };
+        if !crate::guard::bearer_matches(req.headers(), token) {
+            let mut resp = error(
+                StatusCode::UNAUTHORIZED,
+                "Unauthorized",
+                "the admin API needs Authorization: Bearer <admin token>",
+            );
+            resp.headers_mut().insert(
+                http::header::WWW_AUTHENTICATE,
+                http::HeaderValue::from_static("Bearer realm=\"railstore admin\""),
+            );
+            return resp;
+        }
+        operation(self.store, self.latency, req).await
     }
+}
+
+/// An authenticated request.
+async fn operation<B>(
+    store: &Store,
+    latency: &LatencyHistory,
+    req: &Request<B>,
+) -> Response<Bytes> {
     let path = req.uri().path();
     let parts: Vec<&str> = path
         .strip_prefix("/admin/v1/")
@@ -46,6 +71,21 @@ pub async fn answer<B>(store: &Store, token: Option<&str>, req: &Request<B>) -> 
     let method = req.method();
     match (method, parts.as_slice()) {
         (&Method::GET, ["status"]) => json(StatusCode::OK, &store.status().await),
+        (&Method::GET, ["latency"]) => {
+            let query = req.uri().query().unwrap_or("");
+            let seconds = match query_value(query, "seconds").map(|s| s.parse::<usize>()) {
+                None => crate::latency::SECONDS,
+                Some(Ok(n)) if (1..=crate::latency::SECONDS).contains(&n) => n,
+                Some(_) => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        "InvalidArgument",
+                        &format!("seconds must be 1 to {}", crate::latency::SECONDS),
+                    )
+                }
+            };
+            json(StatusCode::OK, &latency.history(seconds))
+        }
         (&Method::GET, ["repair"]) => match store.repair_status() {
             Some(r) => json(StatusCode::OK, &r),
             None => error(

@@ -4,6 +4,7 @@
 
 use crate::cors;
 use crate::guard::{self, IdleBody, IdleWrites};
+use crate::latency::{self, LatencyHistory};
 use crate::service::RailS3;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
@@ -17,7 +18,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
@@ -300,6 +301,7 @@ pub async fn bind(store: Store, cfg: S3Config) -> Result<Server, ServeError> {
             operator_token: cfg.operator_token,
             admin_token: cfg.admin_token,
             domain: cfg.domain,
+            latency: LatencyHistory::default(),
         }),
     })
 }
@@ -454,6 +456,8 @@ struct Router {
     admin_token: Option<String>,
     /// For virtual-hosted-style bucket names (CORS reads them before s3s).
     domain: Option<String>,
+    /// S3 requests' latency per second, for the console.
+    latency: LatencyHistory,
 }
 
 impl Router {
@@ -564,10 +568,34 @@ impl Router {
             }
         }
         if req.uri().path().starts_with(crate::admin::PREFIX) && !is_signed(&req) {
-            // Authenticated by its own token; no body is read.
-            let resp = crate::admin::answer(&self.store, self.admin_token.as_deref(), &req).await;
+            // The console's files are public (the data they show is not); everything else is
+            // authenticated by the admin token. No body is read.
+            let resp = match crate::console::asset(req.method(), req.uri().path()) {
+                Some(resp) => resp,
+                None => {
+                    let admin = crate::admin::Admin {
+                        store: &self.store,
+                        token: self.admin_token.as_deref(),
+                        latency: &self.latency,
+                    };
+                    admin.answer(&req).await
+                }
+            };
             return Ok(resp.map(s3s::Body::from));
         }
+        let timed = latency::Kind::of(req.method()).map(|kind| (kind, Instant::now()));
+        let resp = self.s3_request(req).await;
+        if let (Some((kind, started)), Ok(_)) = (timed, &resp) {
+            self.latency.record(kind, started.elapsed());
+        }
+        resp
+    }
+
+    /// An S3 request: the refusals before s3s, the forms answered here, then s3s.
+    async fn s3_request(
+        &self,
+        req: Request<IdleBody<Incoming>>,
+    ) -> Result<Response<s3s::Body>, HttpError> {
         if !self.sigv2 && guard::is_sigv2(&req) {
             return Ok(closing(xml_error(
                 StatusCode::FORBIDDEN,
