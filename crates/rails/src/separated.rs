@@ -844,30 +844,35 @@ impl Rails {
     /// The device to journal a write to `d` on: the healthy writer-role device other than `d`
     /// holding the fewest journal bytes, one not flushing a backlog first (a sync of it waits
     /// for that backlog to reach its disk), else `d` itself if it writes (behind its backlog).
+    /// While a device has failed, else any other healthy device, a reader too: the failure may
+    /// have taken the writer a copy needs, and waiting for the next frame would hold every
+    /// buffered write for up to a frame (degraded service, Rails §4.2.1; one small write on a
+    /// reader costs less).
     fn journal_device(&self, d: usize, tried: &[usize]) -> Option<usize> {
         let n = self.devices.len();
         let first = self.journal_rr.fetch_add(1, Ordering::Relaxed) % n;
-        let usable =
-            |w: usize| !tried.contains(&w) && !self.is_failed(w) && self.role(w) == Role::Writer;
-        (0..n)
-            .map(|i| (first + i) % n)
-            .filter(|&w| w != d && usable(w))
-            .min_by_key(|&w| {
-                let flushing = !self.devices[w].buffer.lock().unwrap().is_empty();
-                (flushing, self.devices[w].held_bytes.load(Ordering::SeqCst))
-            })
+        let healthy = |w: usize| !tried.contains(&w) && !self.is_failed(w);
+        let usable = |w: usize| healthy(w) && self.role(w) == Role::Writer;
+        let least_held = |only: &dyn Fn(usize) -> bool| {
+            (0..n)
+                .map(|i| (first + i) % n)
+                .filter(|&w| w != d && only(w))
+                .min_by_key(|&w| {
+                    let flushing = !self.devices[w].buffer.lock().unwrap().is_empty();
+                    (flushing, self.devices[w].held_bytes.load(Ordering::SeqCst))
+                })
+        };
+        least_held(&usable)
             .or_else(|| usable(d).then_some(d))
+            .or_else(|| {
+                let degraded = (0..n).any(|x| self.is_failed(x));
+                degraded.then(|| least_held(&healthy)).flatten()
+            })
     }
 
-    /// The journal copies asked of each buffered write now: `journal_copies` (t + 1 where the
-    /// array tolerates t lost devices) less one per device already failed, since the array
-    /// then tolerates that many fewer further losses; at least one. Asking for all of them
-    /// with a writer gone would make every buffered write wait for a role change (a frame).
+    /// The journal copies asked of each buffered write (at least one).
     fn journal_copies(&self) -> usize {
-        let failed = (0..self.devices.len())
-            .filter(|&d| self.is_failed(d))
-            .count();
-        self.cfg.journal_copies.saturating_sub(failed).max(1)
+        self.cfg.journal_copies.max(1)
     }
 
     /// The devices holding a journal record of the write tagged `tag` to `d`.

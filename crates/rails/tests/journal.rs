@@ -1063,11 +1063,10 @@ async fn reserved_keys_are_hidden_and_refused() {
 }
 
 /// Degraded service (Rails §4.2.1): with `journal_copies = 3` and a writer failed, a buffered
-/// write asks one copy fewer (the array tolerates one loss fewer now) and is acknowledged at
-/// once from the two writers left, instead of waiting a frame for a third writer while a
-/// healthy reader that could later take a copy exists.
+/// write still gets its three copies (two writers and a reader) and is acknowledged at once,
+/// instead of waiting a frame for a third writer.
 #[tokio::test(start_paused = true)]
-async fn with_a_device_failed_a_buffered_write_asks_one_journal_copy_fewer_and_does_not_wait() {
+async fn with_a_writer_failed_a_buffered_write_gets_its_journal_copies_without_waiting() {
     let mut machine = Machine::new(5);
     let schedule = ScheduleConfig {
         colours: 5,
@@ -1109,7 +1108,7 @@ async fn with_a_device_failed_a_buffered_write_asks_one_journal_copy_fewer_and_d
         .store(b"degraded", b"v", StoreMode::Upsert)
         .await
         .unwrap();
-    assert_eq!(records(), 5, "two more copies, on the two writers left");
+    assert_eq!(records(), 6, "three copies again");
     assert_eq!(waits(), 0, "the write waited for a role change");
     assert!(
         started.elapsed() < Duration::from_millis(10),
@@ -1120,5 +1119,20 @@ async fn with_a_device_failed_a_buffered_write_asks_one_journal_copy_fewer_and_d
         rails.role(target),
         Role::Reader,
         "it was buffered, not written"
+    );
+    // Where the copies are: the two writers left and the other reader.
+    let mut holders = Vec::new();
+    for (d, cache) in machine.faulty.iter().enumerate() {
+        let n = iterate_all(cache.as_ref(), &JOURNAL_KEY_PREFIX, false)
+            .await
+            .unwrap()
+            .len();
+        if n > 0 {
+            holders.push((d, n));
+        }
+    }
+    assert!(
+        holders.iter().any(|&(d, _)| d == readers[1]),
+        "no copy on the other reader: {holders:?}"
     );
 }

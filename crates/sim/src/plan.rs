@@ -195,6 +195,16 @@ impl Stop {
     }
 }
 
+/// What an operator does on the running store while a step's operations run (docs/admin.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Online {
+    /// Device `d` is taken out of service by request, then replaced by an empty device and
+    /// rebuilt in the background while the operations run; the step ends when the rebuild has.
+    FailReplace(usize),
+    /// A scrub runs while the operations do; the step ends when it has.
+    Scrub,
+}
+
 /// One step: operations at once, maybe a fault among them, maybe a stop after them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
@@ -202,6 +212,8 @@ pub struct Step {
     pub ops: Vec<Op>,
     /// A fault while they run.
     pub mid: Option<MidFault>,
+    /// An operator's action while they run.
+    pub online: Option<Online>,
     /// What happens after them while the store is down; always there after a mid-step crash.
     pub stop: Option<Stop>,
     /// This step takes the array beyond its tolerance (beyond mode).
@@ -478,6 +490,7 @@ pub fn generate(cfg: &SimConfig, seed: u64) -> Plan {
         next_segment: 0,
     };
     let frame_ms = p.rng.gen_range(100..=200);
+    let mut online = ChaCha8Rng::seed_from_u64(seed ^ 0x4f4e_4c49_4e45_0016);
     let mut b = Budget {
         tolerance: cfg.tolerance(),
         devices: cfg.devices,
@@ -503,6 +516,7 @@ pub fn generate(cfg: &SimConfig, seed: u64) -> Plan {
         let mut step = Step {
             ops,
             mid: None,
+            online: None,
             stop: None,
             breach: false,
         };
@@ -584,6 +598,8 @@ pub fn generate(cfg: &SimConfig, seed: u64) -> Plan {
                     devices,
                 });
             }
+            // Before the stop's faults: the online device is whole again when they come.
+            step.online = online_action(&mut online, &b);
             if p.rng.gen_range(0..100) < 15 {
                 let how = p.stop_how();
                 step.stop = Some(p.stop(how, &mut b, cfg));
@@ -592,4 +608,21 @@ pub fn generate(cfg: &SimConfig, seed: u64) -> Plan {
         steps.push(step);
     }
     Plan { frame_ms, steps }
+}
+
+/// An operator's action for a step without a crash, from a stream of its own (so the rest of a
+/// seed's plan is what it was before online actions existed). A device failed and replaced
+/// online is out of service only during its step, so it counts against the tolerance with the
+/// devices broken so far (this step's fail-stop included) and is back before the next fault.
+fn online_action(rng: &mut ChaCha8Rng, b: &Budget) -> Option<Online> {
+    match rng.gen_range(0..100) {
+        0..=5 if !b.breached && b.room() => {
+            let healthy = b.healthy();
+            Some(Online::FailReplace(
+                healthy[rng.gen_range(0..healthy.len())],
+            ))
+        }
+        6..=9 => Some(Online::Scrub),
+        _ => None,
+    }
 }

@@ -26,6 +26,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::runtime::Runtime;
 
+mod check;
+mod offline;
+mod online;
+
 /// Virtual time a step, an open, a shutdown or a repair may take before it counts as stuck.
 const LIMIT: Duration = Duration::from_secs(900);
 
@@ -129,6 +133,9 @@ fn mix(a: u64, b: u64) -> u64 {
 
 impl<'a> World<'a> {
     pub(crate) fn new(cfg: &'a SimConfig, seed: u64, plan: &Plan) -> World<'a> {
+        // Every store of this seed runs on this thread: its ids, and so where its objects
+        // land, follow from the seed.
+        railstore_store::seed_ids_on_this_thread(Some(mix(seed, 0x1D5)));
         let dir = data_dir();
         let store_cfg = cfg.store_config(dir.path(), Duration::from_millis(plan.frame_ms));
         let mut w = World {
@@ -432,7 +439,10 @@ impl<'a> World<'a> {
                 self.breached = true;
                 self.stats.fault("breach");
             }
-            self.log(format!("step {i}: {:?} mid {:?}", step.ops, step.mid));
+            self.log(format!(
+                "step {i}: {:?} mid {:?} online {:?}",
+                step.ops, step.mid, step.online
+            ));
             let down = self.exec_step(step)?;
             match &step.stop {
                 Some(stop) => {
@@ -489,6 +499,8 @@ impl<'a> World<'a> {
             ),
             None => {}
         }
+        let online = step.online.filter(|&action| self.start_online(action));
+        let live = self.live.as_ref().expect("the store runs during steps");
         let slots: Arc<Mutex<Vec<Option<Outcome>>>> =
             Arc::new(Mutex::new((0..inputs.len()).map(|_| None).collect()));
         let store = live.store.clone();
@@ -569,6 +581,9 @@ impl<'a> World<'a> {
                     Halt::Failed
                 });
             }
+        }
+        if let (Some(action), false) = (online, down) {
+            self.finish_online(action)?;
         }
         let outcomes: Vec<Option<Outcome>> = std::mem::take(&mut *slots.lock().unwrap());
         self.settle(step, outcomes);
@@ -870,360 +885,6 @@ impl<'a> World<'a> {
         }
     }
 
-    fn offline(&mut self, off: Offline) -> Flow {
-        let mut cfg = self.store_cfg.clone();
-        match off {
-            Offline::Status => {
-                self.stats.fault("offline-status");
-                cfg.separation = None;
-                match self.open(cfg, None) {
-                    Opened::Live(l) => self.live = Some(l),
-                    Opened::Refused(e) => return self.refused("railstore status", e),
-                    Opened::Stuck => return self.stuck("railstore status"),
-                    Opened::Crashed(_) => unreachable!("no crash armed"),
-                }
-                self.fresh = true;
-                self.check()?;
-                let live = self.live.as_ref().expect("open");
-                let store = live.store.clone();
-                let status = live.rt.block_on(async move { store.status().await });
-                let surely = (0..KEYS.len())
-                    .filter(|k| self.model.surely_present(*k))
-                    .count() as u64;
-                let maybe = (0..KEYS.len())
-                    .filter(|k| self.model.maybe_present(*k))
-                    .count() as u64;
-                if !self.breached && !(surely..=maybe).contains(&status.objects) {
-                    self.violation(
-                        Kind::Data,
-                        format!(
-                            "railstore status counts {} objects; the model has {surely} to {maybe}",
-                            status.objects
-                        ),
-                    );
-                }
-                self.down(StopHow::Clean)
-            }
-            Offline::Scrub { crash } => {
-                self.stats.fault("offline-scrub");
-                cfg.separation = None;
-                match self.open(cfg, None) {
-                    Opened::Live(l) => self.live = Some(l),
-                    Opened::Refused(e) => return self.refused("railstore scrub", e),
-                    Opened::Stuck => return self.stuck("railstore scrub"),
-                    Opened::Crashed(_) => unreachable!("no crash armed"),
-                }
-                self.fresh = true;
-                self.check()?;
-                let live = self.live.as_ref().expect("open");
-                if let Some((n, _)) = crash {
-                    live.gate.arm_crash(n);
-                }
-                let store = live.store.clone();
-                let g = live.gate.clone();
-                let r = live.rt.block_on(async move {
-                    tokio::select! {
-                        r = tokio::time::timeout(
-                            LIMIT,
-                            store.scrub(RepairOptions::default(), Arc::new(RepairProgress::default())),
-                        ) => Some(r),
-                        _ = g.wait_tripped() => None,
-                    }
-                });
-                match r {
-                    None => {
-                        let power = crash.is_some_and(|(_, p)| p);
-                        self.stats.fault("scrub-crash");
-                        self.down(if power {
-                            StopHow::PowerCut
-                        } else {
-                            StopHow::ProcessCrash
-                        })
-                    }
-                    Some(Ok(Ok(report))) => {
-                        // A crash armed for a scrub that finished first does not happen.
-                        if let Some(l) = &self.live {
-                            l.gate.disarm();
-                        }
-                        self.stats.repair_lost += report.objects_lost.len() as u64;
-                        self.check()?;
-                        self.down(StopHow::Clean)
-                    }
-                    Some(Ok(Err(e))) => {
-                        if let Some(l) = &self.live {
-                            l.gate.disarm();
-                        }
-                        if !self.breached {
-                            self.violation(
-                                Kind::Other,
-                                format!("railstore scrub failed within tolerance: {e}"),
-                            );
-                        }
-                        self.down(StopHow::Clean)
-                    }
-                    Some(Err(_)) => {
-                        let _ = self.down(StopHow::ProcessCrash);
-                        self.stuck("railstore scrub")
-                    }
-                }
-            }
-            Offline::CrashedOpen {
-                after_device_ops,
-                power,
-            } => {
-                self.stats.fault("open-crash");
-                let how = if power {
-                    StopHow::PowerCut
-                } else {
-                    StopHow::ProcessCrash
-                };
-                match self.open(cfg, Some(after_device_ops)) {
-                    Opened::Live(l) => {
-                        // The open finished first: crash right after it.
-                        self.live = Some(l);
-                        self.down(how)
-                    }
-                    Opened::Crashed(rt) => {
-                        drop(rt);
-                        if power {
-                            self.power_cut();
-                        }
-                        Ok(())
-                    }
-                    Opened::Refused(e) => self.refused("opening the store", e),
-                    Opened::Stuck => self.stuck("opening the store"),
-                }
-            }
-        }
-    }
-
-    /// Checks the running store against the model: every key read whole and compared, the
-    /// listing against the reads and the model, a listing with a prefix and a delimiter, a few
-    /// ranged reads. The first check after an open narrows what a crash left uncertain.
-    fn check(&mut self) -> Flow {
-        let narrow = std::mem::take(&mut self.fresh);
-        let beyond = self.breached;
-        let mut rng = ChaCha8Rng::seed_from_u64(mix(
-            self.seed ^ 0xC4EC,
-            self.stats.opens << 16 | self.step as u64,
-        ));
-        let prefix = PREFIXES[rng.gen_range(0..PREFIXES.len())];
-        let delimiter = rng.gen_bool(0.5);
-        let max_keys = rng.gen_range(1..=4);
-        let ranged: Vec<(usize, RangeSpec)> = (0..3)
-            .map(|_| {
-                let key = rng.gen_range(0..KEYS.len());
-                let spec = if rng.gen_bool(0.3) {
-                    RangeSpec::Suffix(rng.gen_range(1..100_000))
-                } else {
-                    let first = rng.gen_range(0..150_000);
-                    RangeSpec::FromTo {
-                        first,
-                        last: rng.gen_bool(0.6).then(|| first + rng.gen_range(0..80_000)),
-                    }
-                };
-                (key, spec)
-            })
-            .collect();
-        let live = self.live.as_ref().expect("a check needs a running store");
-        let store = live.store.clone();
-        let ranged2 = ranged.clone();
-        let seen = live.rt.block_on(async move {
-            let mut reads = Vec::new();
-            for k in KEYS {
-                reads.push(ops::read(&store, k, None).await);
-            }
-            let heads: Vec<Result<u64, bool>> = KEYS
-                .iter()
-                .map(|k| match store.head_object(BUCKET, k) {
-                    Ok(i) => Ok(i.size),
-                    Err(StoreError::NoSuchKey { .. }) => Err(true),
-                    Err(_) => Err(false),
-                })
-                .collect();
-            let full = ops::list(&store, "", false, 1000).await;
-            let part = ops::list(&store, prefix, delimiter, max_keys).await;
-            let mut ranges = Vec::new();
-            for (k, spec) in ranged2 {
-                ranges.push(ops::read(&store, KEYS[k], Some(spec)).await);
-            }
-            let status = store.status().await;
-            let bucket = store.head_bucket(BUCKET).map_err(|e| e.to_string());
-            Seen {
-                reads,
-                heads,
-                full,
-                part,
-                ranges,
-                status,
-                bucket,
-            }
-        });
-        let mut problems = Vec::new();
-        // The devices the store has out of service.
-        let out: BTreeSet<usize> = seen
-            .status
-            .devices
-            .iter()
-            .filter(|d| !d.healthy || d.recorded.is_some_and(|h| h != DeviceHealth::Ok))
-            .map(|d| d.index)
-            .collect();
-        let damage = !out.is_empty();
-        if !beyond {
-            let spurious: Vec<String> = out
-                .difference(&self.broken)
-                .map(|d| {
-                    format!(
-                        "device {d} ({})",
-                        seen.status.devices[*d]
-                            .error
-                            .clone()
-                            .unwrap_or_else(|| "no reason given".into())
-                    )
-                })
-                .collect();
-            if !spurious.is_empty() {
-                problems.push((
-                    Kind::Other,
-                    format!(
-                        "the store took devices out of service that had no fault injected: {}",
-                        spurious.join("; ")
-                    ),
-                ));
-            }
-        }
-        if let Err(e) = &seen.bucket {
-            if !(beyond && damage) {
-                problems.push((Kind::Data, format!("the bucket is gone: {e}")));
-            }
-        }
-        let mut states = Vec::new();
-        // Keys whose read is already reported: the other checks leave them out.
-        let mut bad = BTreeSet::new();
-        for (k, read) in seen.reads.iter().enumerate() {
-            match self.model.check_read(k, read, beyond, damage) {
-                Ok(s) => {
-                    if s.is_none() {
-                        match read {
-                            Read::Absent => {
-                                self.model.mark_lost(k);
-                                self.stats.lost_reported += 1;
-                            }
-                            _ => self.stats.reads_refused += 1,
-                        }
-                    }
-                    states.push(s);
-                }
-                Err(e) => {
-                    problems.push((Kind::Data, e));
-                    states.push(None);
-                    bad.insert(k);
-                }
-            }
-            let head = &seen.heads[k];
-            let agree = match (read, head) {
-                (Read::Body { size, .. }, Ok(h)) => size == h,
-                (Read::Absent, Err(true)) => true,
-                (Read::Error(_), _) => true,
-                _ => false,
-            };
-            if !agree && !beyond && !bad.contains(&k) {
-                problems.push((
-                    Kind::Data,
-                    format!(
-                        "{:?}: the description (head) disagrees with the read: head {head:?}{}",
-                        KEYS[k],
-                        self.model.marks(k)
-                    ),
-                ));
-            }
-        }
-        match &seen.full {
-            Ok(listed) => {
-                for (k, read) in seen.reads.iter().enumerate() {
-                    let is_listed = listed.iter().any(|l| l == KEYS[k]);
-                    let problem = match read {
-                        Read::Body { .. } if !is_listed => Some("readable but not listed"),
-                        Read::Absent if is_listed && !beyond => {
-                            Some("listed but a read says there is no such key")
-                        }
-                        Read::Error(_) if is_listed && !beyond => Some("listed but unreadable"),
-                        _ => None,
-                    };
-                    if let Some(p) = problem.filter(|_| !bad.contains(&k)) {
-                        problems.push((
-                            Kind::Data,
-                            format!("{:?}: {p}{}", KEYS[k], self.model.marks(k)),
-                        ));
-                    }
-                }
-            }
-            Err(e) if !beyond => {
-                problems.push((Kind::Data, format!("listing the bucket failed: {e}")))
-            }
-            Err(_) => {}
-        }
-        if self.verbose {
-            let shown: Vec<String> = states
-                .iter()
-                .enumerate()
-                .map(|(k, s)| format!("{}={s:?}/{}", KEYS[k], self.model.show(k)))
-                .collect();
-            eprintln!(
-                "    check (narrow {narrow}, out of service {:?}): {}",
-                seen.status
-                    .devices
-                    .iter()
-                    .filter(|d| !d.healthy || d.recorded.is_some_and(|h| h != DeviceHealth::Ok))
-                    .map(|d| d.index)
-                    .collect::<Vec<_>>(),
-                shown.join(" ")
-            );
-        }
-        if narrow {
-            for (k, s) in states.iter().enumerate() {
-                if let Some(s) = s {
-                    if self.model.key(k).states.len() > 1 {
-                        self.stats.narrowed += 1;
-                    }
-                    self.model.narrow(k, *s);
-                }
-            }
-        }
-        if let Ok(listed) = &seen.full {
-            if let Err(e) = self.model.check_listing("", false, listed, &bad) {
-                if !beyond {
-                    problems.push((Kind::Data, e));
-                }
-            }
-        }
-        match &seen.part {
-            Ok(listed) => {
-                if let Err(e) = self.model.check_listing(prefix, delimiter, listed, &bad) {
-                    if !beyond {
-                        problems.push((Kind::Data, e));
-                    }
-                }
-            }
-            Err(e) if !beyond => {
-                problems.push((Kind::Data, format!("listing {prefix:?} failed: {e}")))
-            }
-            Err(_) => {}
-        }
-        for ((k, spec), read) in ranged.iter().zip(&seen.ranges) {
-            if bad.contains(k) {
-                continue;
-            }
-            if let Err(e) = self.model.check_range(*k, *spec, read, beyond, damage) {
-                problems.push((Kind::Data, e));
-            }
-        }
-        for (kind, p) in problems {
-            self.violation(kind, p);
-        }
-        self.halt_if_failed()
-    }
-
     /// Ends the seed: the store is taken down whatever state it is in.
     pub(crate) fn finish(&mut self) {
         if let Some(live) = self.live.take() {
@@ -1264,14 +925,4 @@ enum StepEnd {
     Done(Vec<String>),
     Crashed,
     Stuck,
-}
-
-struct Seen {
-    reads: Vec<Read>,
-    heads: Vec<Result<u64, bool>>,
-    full: Result<Vec<String>, String>,
-    part: Result<Vec<String>, String>,
-    ranges: Vec<Read>,
-    status: railstore_store::StoreStatus,
-    bucket: Result<railstore_store::BucketInfo, String>,
 }

@@ -83,7 +83,7 @@ struct Identity {
 }
 
 fn new_id() -> String {
-    hex::encode(rand::random::<[u8; 16]>())
+    hex::encode(crate::ids::random::<[u8; 16]>())
 }
 
 /// Writes `bytes` to `path` atomically and durably: a temporary file, fsync, rename, fsync of

@@ -9,6 +9,7 @@ mod devices;
 pub mod error;
 mod headers;
 mod identity;
+mod ids;
 mod listing;
 mod load;
 pub mod metrics;
@@ -30,6 +31,7 @@ pub use config::{
 };
 pub use error::{Result, StoreError};
 pub use identity::{DeviceHealth, NotCurrent};
+pub use ids::seed_ids_on_this_thread;
 pub use load::LoadReport;
 pub use metrics::{DeviceStatus, StoreStatus};
 pub use multipart::{multipart_etag, PART_NUMBER_MAX};

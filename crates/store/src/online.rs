@@ -89,8 +89,7 @@ impl Store {
         options: RepairOptions,
     ) -> Result<RepairStatus> {
         let _one_at_a_time = self.inner.repair_ops.lock().await;
-        self.check_open()?;
-        self.check_device_index(d)?;
+        self.check_replaceable(d)?;
         let inner = &self.inner;
         if inner.config.devices.kind == DeviceKind::Mem
             || inner.devices[d].lock().unwrap().path.is_none()
@@ -99,16 +98,7 @@ impl Store {
                 "device {d} has no folder or file of its own to rebuild onto"
             )));
         }
-        if inner.manager.devices().readable(d) {
-            return Err(StoreError::Conflict(format!(
-                "device {d} is in service: take it out first (railstore device fail {d})"
-            )));
-        }
-        self.check_idle()?;
-        if let Some(id) = &inner.identity {
-            // A restart before the rebuild ends takes the device for what it is: half built.
-            id.set_health(d, DeviceHealth::Rebuilding, Some("rebuild started".into()))?;
-        }
+        self.mark_rebuilding(d)?;
         let config = inner.config.clone();
         let fresh = tokio::task::spawn_blocking(move || {
             move_aside(&config, d)?;
@@ -116,6 +106,74 @@ impl Store {
         })
         .await
         .map_err(|e| StoreError::Config(format!("opening the new device {d}: {e}")))??;
+        self.swap_in_and_rebuild(d, fresh, options).await
+    }
+
+    /// Replaces failed device `d` by `device`, which the caller opened and which must be
+    /// empty, and rebuilds it from the others in the background while the store serves (as
+    /// [`Store::replace_device_with`]; for stores opened on devices of their own, such as the
+    /// simulator's).
+    pub async fn replace_device_onto(
+        &self,
+        d: usize,
+        device: Arc<dyn Device>,
+        options: RepairOptions,
+    ) -> Result<RepairStatus> {
+        let _one_at_a_time = self.inner.repair_ops.lock().await;
+        self.check_replaceable(d)?;
+        let keys = device
+            .info()
+            .await
+            .map_err(|source| StoreError::Device {
+                what: "looking at the new device",
+                source,
+            })?
+            .key_count;
+        if keys > 0 {
+            return Err(StoreError::InvalidArgument(format!(
+                "the device to rebuild device {d} onto holds {keys} keys: it must be empty"
+            )));
+        }
+        self.mark_rebuilding(d)?;
+        let path = self.inner.devices[d].lock().unwrap().path.clone();
+        let fresh = crate::devices::Opened {
+            device,
+            file: None,
+            path,
+        };
+        self.swap_in_and_rebuild(d, fresh, options).await
+    }
+
+    /// What a replace asks first: an open store, a device that exists and is out of service,
+    /// and no other rebuild or scrub running.
+    fn check_replaceable(&self, d: usize) -> Result<()> {
+        self.check_open()?;
+        self.check_device_index(d)?;
+        if self.inner.manager.devices().readable(d) {
+            return Err(StoreError::Conflict(format!(
+                "device {d} is in service: take it out first (railstore device fail {d})"
+            )));
+        }
+        self.check_idle()
+    }
+
+    /// Records that device `d` is being rebuilt: a restart before the rebuild ends takes the
+    /// device for what it is, half built.
+    fn mark_rebuilding(&self, d: usize) -> Result<()> {
+        if let Some(id) = &self.inner.identity {
+            id.set_health(d, DeviceHealth::Rebuilding, Some("rebuild started".into()))?;
+        }
+        Ok(())
+    }
+
+    /// Puts `fresh` in device `d`'s slot, lets rails readmit it, and starts the rebuild.
+    async fn swap_in_and_rebuild(
+        &self,
+        d: usize,
+        fresh: crate::devices::Opened,
+        options: RepairOptions,
+    ) -> Result<RepairStatus> {
+        let inner = &self.inner;
         let device: Arc<dyn Device> = Arc::new(RetryingDevice::new(fresh.device.clone()));
         let old = std::mem::replace(
             &mut *inner.devices[d].lock().unwrap(),
@@ -235,6 +293,11 @@ pub(crate) async fn device_watch(store: Weak<Inner>, interval: Duration) {
             .filter(|(d, _)| inner.manager.devices().readable(*d))
             .filter_map(|(d, o)| o.lock().unwrap().file.clone().map(|f| (d, f)))
             .collect();
+        if files.is_empty() {
+            // Memory or injected devices: nothing to look at, and no thread to hop to (a
+            // simulation in virtual time stays deterministic).
+            continue;
+        }
         let store = Store { inner };
         let gone = tokio::task::spawn_blocking(move || {
             files

@@ -45,7 +45,7 @@ pub(crate) const TAG_PART: u8 = b'P';
 pub(crate) type Id = [u8; 16];
 
 pub(crate) fn new_id() -> Id {
-    rand::random()
+    crate::ids::random()
 }
 
 pub(crate) fn bucket_key(name: &str) -> Vec<u8> {

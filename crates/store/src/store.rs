@@ -337,7 +337,7 @@ impl Store {
         }
         let rec = BucketRecord {
             name: name.to_string(),
-            id: rand::random::<u64>() | 1,
+            id: crate::ids::random::<u64>() | 1,
             created: now(),
             settings: BTreeMap::new(),
         };

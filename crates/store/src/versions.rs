@@ -107,7 +107,7 @@ pub fn version_name(version_id: Option<&str>) -> &str {
 }
 
 fn new_version_id(seq: u64) -> String {
-    format!("{seq:016x}{:016x}", rand::random::<u64>())
+    format!("{seq:016x}{:016x}", crate::ids::random::<u64>())
 }
 
 /// A version id as a request gives it: `None` for `"null"`; anything but the ids this store

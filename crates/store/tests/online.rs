@@ -389,3 +389,49 @@ fn wait_for_device(path: &Path) -> railstore_device::FileDevice {
     }
     panic!("{} stayed in use", path.display());
 }
+
+/// A store on devices of its caller's (as the simulator opens one) gets a failed device
+/// replaced by a device the caller gives: refused while it holds anything, rebuilt onto it
+/// while it is empty, after which every object reads and a scrub finds the array whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_device_is_rebuilt_onto_an_empty_device_the_caller_gives() {
+    use railstore_device::{Device, MemConfig, MemDevice, StoreMode};
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.devices.kind = DeviceKind::Mem;
+    let mem = || Arc::new(MemDevice::new(MemConfig::default()).unwrap());
+    let devices: Vec<Arc<dyn Device>> = (0..cfg.devices.count)
+        .map(|_| mem() as Arc<dyn Device>)
+        .collect();
+    let store = Store::open_with_devices(cfg, devices).await.unwrap();
+    let model = fill(&store).await;
+
+    store.fail_device(2, "pulled for the test").unwrap();
+    let used = mem();
+    used.store(b"left-over", b"x", StoreMode::Upsert)
+        .await
+        .unwrap();
+    let e = store
+        .replace_device_onto(2, used, RepairOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StoreError::InvalidArgument(_)), "{e}");
+    let fresh = mem();
+    store
+        .replace_device_onto(2, fresh.clone(), RepairOptions::default())
+        .await
+        .unwrap();
+    let end = store.wait_for_repair().await.unwrap();
+    assert_eq!(
+        (end.running, &end.error, end.objects_lost),
+        (false, &None, 0)
+    );
+    assert!(
+        fresh.info().await.unwrap().key_count > 0,
+        "nothing was rebuilt"
+    );
+    assert!(store.status().await.devices[2].healthy);
+    check_all(&store, &model).await;
+    assert_whole(&store).await;
+    store.shutdown().await.unwrap();
+}

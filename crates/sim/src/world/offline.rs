@@ -1,0 +1,133 @@
+//! The offline commands run between restarts (plan::Offline), as `railstore status` and
+//! `railstore scrub` do: without separation, checked like a running store.
+
+use super::*;
+
+impl World<'_> {
+    pub(super) fn offline(&mut self, off: Offline) -> Flow {
+        let mut cfg = self.store_cfg.clone();
+        match off {
+            Offline::Status => {
+                self.stats.fault("offline-status");
+                cfg.separation = None;
+                match self.open(cfg, None) {
+                    Opened::Live(l) => self.live = Some(l),
+                    Opened::Refused(e) => return self.refused("railstore status", e),
+                    Opened::Stuck => return self.stuck("railstore status"),
+                    Opened::Crashed(_) => unreachable!("no crash armed"),
+                }
+                self.fresh = true;
+                self.check()?;
+                let live = self.live.as_ref().expect("open");
+                let store = live.store.clone();
+                let status = live.rt.block_on(async move { store.status().await });
+                let surely = (0..KEYS.len())
+                    .filter(|k| self.model.surely_present(*k))
+                    .count() as u64;
+                let maybe = (0..KEYS.len())
+                    .filter(|k| self.model.maybe_present(*k))
+                    .count() as u64;
+                if !self.breached && !(surely..=maybe).contains(&status.objects) {
+                    self.violation(
+                        Kind::Data,
+                        format!(
+                            "railstore status counts {} objects; the model has {surely} to {maybe}",
+                            status.objects
+                        ),
+                    );
+                }
+                self.down(StopHow::Clean)
+            }
+            Offline::Scrub { crash } => {
+                self.stats.fault("offline-scrub");
+                cfg.separation = None;
+                match self.open(cfg, None) {
+                    Opened::Live(l) => self.live = Some(l),
+                    Opened::Refused(e) => return self.refused("railstore scrub", e),
+                    Opened::Stuck => return self.stuck("railstore scrub"),
+                    Opened::Crashed(_) => unreachable!("no crash armed"),
+                }
+                self.fresh = true;
+                self.check()?;
+                let live = self.live.as_ref().expect("open");
+                if let Some((n, _)) = crash {
+                    live.gate.arm_crash(n);
+                }
+                let store = live.store.clone();
+                let g = live.gate.clone();
+                let r = live.rt.block_on(async move {
+                    tokio::select! {
+                        r = tokio::time::timeout(
+                            LIMIT,
+                            store.scrub(RepairOptions::default(), Arc::new(RepairProgress::default())),
+                        ) => Some(r),
+                        _ = g.wait_tripped() => None,
+                    }
+                });
+                match r {
+                    None => {
+                        let power = crash.is_some_and(|(_, p)| p);
+                        self.stats.fault("scrub-crash");
+                        self.down(if power {
+                            StopHow::PowerCut
+                        } else {
+                            StopHow::ProcessCrash
+                        })
+                    }
+                    Some(Ok(Ok(report))) => {
+                        // A crash armed for a scrub that finished first does not happen.
+                        if let Some(l) = &self.live {
+                            l.gate.disarm();
+                        }
+                        self.stats.repair_lost += report.objects_lost.len() as u64;
+                        self.check()?;
+                        self.down(StopHow::Clean)
+                    }
+                    Some(Ok(Err(e))) => {
+                        if let Some(l) = &self.live {
+                            l.gate.disarm();
+                        }
+                        if !self.breached {
+                            self.violation(
+                                Kind::Other,
+                                format!("railstore scrub failed within tolerance: {e}"),
+                            );
+                        }
+                        self.down(StopHow::Clean)
+                    }
+                    Some(Err(_)) => {
+                        let _ = self.down(StopHow::ProcessCrash);
+                        self.stuck("railstore scrub")
+                    }
+                }
+            }
+            Offline::CrashedOpen {
+                after_device_ops,
+                power,
+            } => {
+                self.stats.fault("open-crash");
+                let how = if power {
+                    StopHow::PowerCut
+                } else {
+                    StopHow::ProcessCrash
+                };
+                match self.open(cfg, Some(after_device_ops)) {
+                    Opened::Live(l) => {
+                        // The open finished first: crash right after it.
+                        self.live = Some(l);
+                        self.down(how)
+                    }
+                    Opened::Crashed(rt) => {
+                        drop(rt);
+                        if power {
+                            self.power_cut();
+                        }
+                        Ok(())
+                    }
+                    Opened::Refused(e) => self.refused("opening the store", e),
+                    Opened::Stuck => self.stuck("opening the store"),
+                }
+            }
+        }
+    }
+}
