@@ -13,11 +13,20 @@
 //!
 //! The same (N, width, rounds, seed) always give the same groups; `Layout::encode` and
 //! `Layout::decode` persist them, with a digest that catches a change in the derivation.
+//!
+//! Layout epochs (growing the array): [`Layout::grown`] adds devices in a multiple of the
+//! width as a new epoch. The groups so far stay as they are and new groups are made over the
+//! added devices alone, as many per device as the old devices have, so every device belongs to
+//! the same number of groups. A key's group is a jump hash over all groups, so a key moves
+//! only when its new group is one of the added ones: the fraction that moves is
+//! added groups / all groups (one half when 6 devices become 12), and a key that stays keeps
+//! its devices and shard roles exactly. [`Layout::previous`] gives the layout before the last
+//! epoch (where a key not yet moved is still found).
 
 use std::path::Path;
 
-/// Version of the persisted layout text.
-pub const LAYOUT_FORMAT_VERSION: u32 = 1;
+/// Version of the persisted layout text (1: one epoch; 2: with `grow` lines).
+pub const LAYOUT_FORMAT_VERSION: u32 = 2;
 
 /// Most groups a layout may have.
 pub const GROUPS_MAX: usize = 1 << 20;
@@ -39,6 +48,10 @@ pub enum PlacementError {
     DigestMismatch { stored: u64, derived: u64 },
     #[error("layout file {path}: {error}")]
     Io { path: String, error: String },
+    #[error(
+        "an array of width {width} grows by a positive multiple of {width} devices, not {added}"
+    )]
+    UnevenGrowth { added: usize, width: usize },
 }
 
 /// The inputs that fix a layout.
@@ -59,9 +72,13 @@ pub struct LayoutSpec {
 /// Colour classes and redundancy groups over N devices.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
+    /// The inputs; `devices` and `version` are the last epoch's, `rounds` the first's
+    /// (effective: 1 when the first epoch had one group per round).
     spec: LayoutSpec,
     /// groups[g][colour] = device.
     groups: Vec<Vec<u32>>,
+    /// Devices added by each epoch after the first, in order.
+    grows: Vec<usize>,
 }
 
 /// Where one key lives: its group and the rotation of shards over colours.
@@ -95,25 +112,72 @@ impl Layout {
             });
         }
         let mut rng = SplitMix64(spec.seed ^ 0x9ACE_3E17_0000_0000);
-        let mut out = vec![Vec::with_capacity(width); groups];
-        for round in 0..rounds {
-            for colour in 0..width {
-                // A seeded permutation of the colour's class decides who meets whom.
-                let mut members: Vec<u32> =
-                    (0..class).map(|j| (j * width + colour) as u32).collect();
-                for i in (1..class).rev() {
-                    let j = (rng.next() % (i as u64 + 1)) as usize;
-                    members.swap(i, j);
-                }
-                for (j, d) in members.into_iter().enumerate() {
-                    out[round * class + j].push(d);
-                }
-            }
-        }
         Ok(Layout {
             spec: LayoutSpec { rounds, ..spec },
-            groups: out,
+            groups: matchings(&mut rng, 0, class, width, rounds),
+            grows: Vec::new(),
         })
+    }
+
+    /// This layout with `added` devices (numbered from [`Layout::devices`] on) as a new epoch,
+    /// its version one higher: new groups over the added devices, the old ones unchanged.
+    pub fn grown(&self, added: usize) -> Result<Layout, PlacementError> {
+        let width = self.spec.width;
+        if added == 0 || !added.is_multiple_of(width) {
+            return Err(PlacementError::UnevenGrowth { added, width });
+        }
+        let devices = self.spec.devices + added;
+        // As many groups per added device as each old device has, so all carry alike.
+        let rounds = self.spec.rounds;
+        let groups = self.groups.len() + rounds.saturating_mul(added / width);
+        if groups > GROUPS_MAX || devices > u32::MAX as usize {
+            return Err(PlacementError::TooManyGroups {
+                groups,
+                max: GROUPS_MAX,
+            });
+        }
+        let version = self.spec.version + 1;
+        let mut rng = SplitMix64(self.spec.seed ^ 0x9ACE_3E17_0000_0000 ^ mix(version));
+        let mut out = self.groups.clone();
+        out.extend(matchings(
+            &mut rng,
+            self.spec.devices,
+            added / width,
+            width,
+            rounds,
+        ));
+        let mut grows = self.grows.clone();
+        grows.push(added);
+        Ok(Layout {
+            spec: LayoutSpec {
+                devices,
+                version,
+                ..self.spec
+            },
+            groups: out,
+            grows,
+        })
+    }
+
+    /// The layout before the last epoch (`None` for a layout of one epoch).
+    pub fn previous(&self) -> Option<Layout> {
+        let (&added, earlier) = self.grows.split_last()?;
+        let class = added / self.spec.width;
+        let groups = self.groups.len() - self.spec.rounds * class;
+        Some(Layout {
+            spec: LayoutSpec {
+                devices: self.spec.devices - added,
+                version: self.spec.version - 1,
+                ..self.spec
+            },
+            groups: self.groups[..groups].to_vec(),
+            grows: earlier.to_vec(),
+        })
+    }
+
+    /// Epochs so far (1 for a layout never grown).
+    pub fn epochs(&self) -> usize {
+        self.grows.len() + 1
     }
 
     pub fn spec(&self) -> LayoutSpec {
@@ -168,18 +232,26 @@ impl Layout {
         }
     }
 
-    /// The persisted form: a few `name value` lines and a digest of the derived groups.
+    /// The persisted form: a few `name value` lines (the first epoch's devices and version,
+    /// then a `grow ADDED` line per later epoch) and a digest of the derived groups. A layout
+    /// of one epoch is written as format 1, which every railstore reads.
     pub fn encode(&self) -> String {
         let s = self.spec;
-        format!(
-            "railstore-layout {LAYOUT_FORMAT_VERSION}\nversion {}\ndevices {}\nwidth {}\nrounds {}\nseed {}\ndigest {:#018x}\n",
-            s.version,
-            s.devices,
+        let added: usize = self.grows.iter().sum();
+        let format = if self.grows.is_empty() { 1 } else { 2 };
+        let mut out = format!(
+            "railstore-layout {format}\nversion {}\ndevices {}\nwidth {}\nrounds {}\nseed {}\n",
+            s.version - self.grows.len() as u64,
+            s.devices - added,
             s.width,
             s.rounds,
             s.seed,
-            self.digest()
-        )
+        );
+        for g in &self.grows {
+            out.push_str(&format!("grow {g}\n"));
+        }
+        out.push_str(&format!("digest {:#018x}\n", self.digest()));
+        out
     }
 
     /// Parses `encode`'s output, derives the groups again and checks the digest.
@@ -190,15 +262,21 @@ impl Layout {
             what,
         };
         match lines.next() {
-            Some((_, l)) if l.trim() == format!("railstore-layout {LAYOUT_FORMAT_VERSION}") => {}
+            Some((_, l))
+                if (1..=LAYOUT_FORMAT_VERSION)
+                    .any(|v| l.trim() == format!("railstore-layout {v}")) => {}
             Some((i, l)) => {
                 return Err(bad(
                     i,
-                    format!("expected \"railstore-layout {LAYOUT_FORMAT_VERSION}\", found {l:?}"),
+                    format!(
+                        "expected \"railstore-layout N\" with N up to {LAYOUT_FORMAT_VERSION}, \
+                         found {l:?}"
+                    ),
                 ))
             }
             None => return Err(bad(0, "the file is empty".into())),
         }
+        let mut grows: Vec<usize> = Vec::new();
         let mut fields: [Option<u64>; 6] = [None; 6];
         const NAMES: [&str; 6] = ["version", "devices", "width", "rounds", "seed", "digest"];
         for (i, line) in lines {
@@ -209,6 +287,14 @@ impl Layout {
             let (name, value) = line
                 .split_once(' ')
                 .ok_or_else(|| bad(i, format!("expected `name value`, found {line:?}")))?;
+            if name == "grow" {
+                let added = value
+                    .trim()
+                    .parse()
+                    .map_err(|e| bad(i, format!("grow: {value:?} is not a number ({e})")))?;
+                grows.push(added);
+                continue;
+            }
             let slot = NAMES
                 .iter()
                 .position(|n| *n == name)
@@ -230,13 +316,16 @@ impl Layout {
             })
         };
         let size = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
-        let layout = Layout::new(LayoutSpec {
+        let mut layout = Layout::new(LayoutSpec {
             version: get(0)?,
             devices: size(get(1)?),
             width: size(get(2)?),
             rounds: size(get(3)?),
             seed: get(4)?,
         })?;
+        for added in grows {
+            layout = layout.grown(added)?;
+        }
         let stored = get(5)?;
         let derived = layout.digest();
         if stored != derived {
@@ -323,6 +412,34 @@ impl Placement<'_> {
     pub fn devices(&self) -> impl Iterator<Item = usize> + '_ {
         (0..self.layout.width()).map(|i| self.device(i))
     }
+}
+
+/// `rounds` seeded matchings over the `class * width` devices numbered from `first`: each
+/// round puts every one of them in exactly one group of one device per colour.
+fn matchings(
+    rng: &mut SplitMix64,
+    first: usize,
+    class: usize,
+    width: usize,
+    rounds: usize,
+) -> Vec<Vec<u32>> {
+    let mut out = vec![Vec::with_capacity(width); rounds * class];
+    for round in 0..rounds {
+        for colour in 0..width {
+            // A seeded permutation of the colour's class decides who meets whom.
+            let mut members: Vec<u32> = (0..class)
+                .map(|j| (first + j * width + colour) as u32)
+                .collect();
+            for i in (1..class).rev() {
+                let j = (rng.next() % (i as u64 + 1)) as usize;
+                members.swap(i, j);
+            }
+            for (j, d) in members.into_iter().enumerate() {
+                out[round * class + j].push(d);
+            }
+        }
+    }
+    out
 }
 
 /// A stable 64-bit hash of a key: FNV-1a, seeded, then a full-avalanche finish. Never change it:

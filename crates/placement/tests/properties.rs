@@ -153,3 +153,98 @@ fn jump_hash_moves_few_keys_when_groups_grow() {
     assert_eq!(jump_hash(12345, 1), 0);
     assert_ne!(key_hash(b"a", 1), key_hash(b"a", 2), "the seed matters");
 }
+
+/// Growing 6 devices to 12 (a new epoch): half the keys move, all of them onto the added
+/// devices, and every other key keeps its devices and shard roles exactly. The layout before
+/// the epoch is the original, and both persist.
+#[test]
+fn growing_6_to_12_moves_half_the_keys_onto_the_new_devices_and_no_other() {
+    let six = Layout::new(spec(6, 6, 3, 7)).unwrap();
+    let twelve = six.grown(6).unwrap();
+    assert_eq!((twelve.devices(), twelve.epochs()), (12, 2));
+    assert_eq!(twelve.spec().version, six.spec().version + 1);
+    assert_eq!(twelve.previous().as_ref(), Some(&six));
+    let mut moved = 0;
+    let keys = 100_000u32;
+    for i in 0..keys {
+        let key = i.to_le_bytes();
+        let (old, new) = (six.place(&key), twelve.place(&key));
+        let (a, b): (Vec<usize>, Vec<usize>) = (old.devices().collect(), new.devices().collect());
+        if a != b {
+            moved += 1;
+            assert!(b.iter().all(|&d| d >= 6), "{i}: moved to {b:?}");
+            assert_eq!(old.rotation(), new.rotation(), "shard roles turn alike");
+        }
+    }
+    let share = moved as f64 / keys as f64;
+    assert!((0.48..=0.52).contains(&share), "{share} of the keys moved");
+    assert!(share <= 0.55, "the issue's bound");
+    let text = twelve.encode();
+    assert!(text.starts_with("railstore-layout 2\n") && text.contains("\ngrow 6\n"));
+    assert_eq!(Layout::decode(&text).unwrap(), twelve);
+    assert!(six.encode().starts_with("railstore-layout 1\n"));
+    assert!(matches!(
+        Layout::decode(&text.replace("grow 6", "grow 12")),
+        Err(PlacementError::DigestMismatch { .. })
+    ));
+    assert!(matches!(
+        six.grown(5),
+        Err(PlacementError::UnevenGrowth { added: 5, width: 6 })
+    ));
+    assert!(matches!(
+        six.grown(0),
+        Err(PlacementError::UnevenGrowth { .. })
+    ));
+}
+
+/// After growing (by one class, then two), every device belongs to as many groups as every
+/// other, each group still has one device of each colour, and keys spread evenly over the
+/// devices.
+#[test]
+fn grown_layouts_stay_balanced() {
+    let layout = Layout::new(spec(12, 6, 3, 11))
+        .unwrap()
+        .grown(6)
+        .unwrap()
+        .grown(12)
+        .unwrap();
+    assert_eq!((layout.devices(), layout.epochs()), (30, 3));
+    let mut per_device = vec![0usize; 30];
+    for g in 0..layout.group_count() {
+        let members: Vec<usize> = layout.group(g).collect();
+        let colours: Vec<usize> = members.iter().map(|&d| layout.colour_of(d)).collect();
+        assert_eq!(
+            colours,
+            (0..6).collect::<Vec<_>>(),
+            "group {g}: {members:?}"
+        );
+        for d in members {
+            per_device[d] += 1;
+        }
+    }
+    assert!(per_device.iter().all(|&n| n == 3), "{per_device:?}");
+    let mut pieces = vec![0usize; 30];
+    for i in 0..60_000u32 {
+        for d in layout.place(&i.to_be_bytes()).devices() {
+            pieces[d] += 1;
+        }
+    }
+    assert!(chi_square(&pieces) < 60.0, "{pieces:?}");
+    assert_eq!(Layout::decode(&layout.encode()).unwrap(), layout);
+}
+
+/// Layout files written before epochs existed (format 1; these texts came from that code)
+/// still decode, and a layout never grown is written exactly as then: data folders made
+/// before keep opening.
+#[test]
+fn layouts_written_before_epochs_read_and_write_the_same() {
+    for text in [
+        "railstore-layout 1\nversion 1\ndevices 6\nwidth 6\nrounds 1\nseed 1380010316\ndigest 0xf1c241b57daf3dc6\n",
+        "railstore-layout 1\nversion 1\ndevices 12\nwidth 6\nrounds 3\nseed 7\ndigest 0xc64b4c9c9934604c\n",
+        "railstore-layout 1\nversion 1\ndevices 24\nwidth 4\nrounds 2\nseed 99\ndigest 0x7a0df85632f88e57\n",
+    ] {
+        let layout = Layout::decode(text).unwrap();
+        assert_eq!(layout.epochs(), 1);
+        assert_eq!(layout.encode(), text);
+    }
+}
