@@ -279,6 +279,9 @@ struct DeviceState {
     /// non-writer stint until the reads in flight at the start of the next writer stint have
     /// finished (`RailsConfig::switch_read_wait`).
     writes_released: AtomicBool,
+    /// A replacement being rebuilt: it serves no reads, so it writes whatever its colour's
+    /// role ([`Rails::readmit`] to [`Rails::rebuilt`]).
+    rebuilding: AtomicBool,
 }
 
 /// Buffered operations a flusher sends to its device at once.
@@ -429,6 +432,7 @@ impl Rails {
                     reads_in_flight: AtomicUsize::new(0),
                     reads_done: Notify::new(),
                     writes_released: AtomicBool::new(true),
+                    rebuilding: AtomicBool::new(false),
                 })
             })
             .collect();
@@ -506,12 +510,23 @@ impl Rails {
         self.start.elapsed().as_nanos() as u64
     }
 
-    /// The role of device `d` now.
+    /// The role of device `d` now: its colour's, except for a replacement being rebuilt, which
+    /// writes throughout (it serves no reads that writes could slow).
     pub fn role(&self, d: usize) -> Role {
-        if self.cfg.separation {
+        if self.cfg.separation && !self.devices[d].rebuilding.load(Ordering::SeqCst) {
             self.plan.role(d)
         } else {
             Role::Writer
+        }
+    }
+
+    /// Device `d`, readmitted by [`Rails::readmit`], holds everything again and serves reads:
+    /// from now on it follows its colour's role.
+    pub fn rebuilt(&self, d: usize) {
+        let st = &self.devices[d];
+        if st.rebuilding.swap(false, Ordering::SeqCst) {
+            tracing::info!(device = d, "rebuilt device follows the schedule again");
+            st.work.notify_one();
         }
     }
 

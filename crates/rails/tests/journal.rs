@@ -1136,3 +1136,39 @@ async fn with_a_writer_failed_a_buffered_write_gets_its_journal_copies_without_w
         "no copy on the other reader: {holders:?}"
     );
 }
+
+/// A replacement being rebuilt serves no reads, so it writes in every frame: its writes go
+/// straight to it, not into a buffer waiting for its writer frames. Once rebuilt it follows its
+/// colour's role again.
+#[tokio::test(start_paused = true)]
+async fn a_readmitted_device_writes_in_every_frame_until_it_is_rebuilt() {
+    let mut machine = Machine::new(3);
+    let (rails, devs) = Rails::new(
+        RailsConfig::new(three_colours()),
+        machine.boot(1, None),
+        vec![0, 1, 2],
+    )
+    .unwrap();
+    let frame = three_colours().frame;
+    let d = (0..3).find(|&d| rails.role(d) == Role::Reader).unwrap();
+    rails.mark_failed(d);
+    rails.readmit(d).await.unwrap();
+    let direct = || rails.counters(d).direct_ops.load(Ordering::Relaxed);
+    let buffered = || rails.counters(d).buffered_ops.load(Ordering::Relaxed);
+    for i in 0..6u8 {
+        assert_eq!(rails.role(d), Role::Writer, "frame {i}");
+        devs[d]
+            .store(&[b'k', i], b"v", StoreMode::Upsert)
+            .await
+            .unwrap();
+        tokio::time::sleep(frame / 2).await;
+    }
+    assert_eq!((direct(), buffered()), (6, 0));
+    rails.rebuilt(d);
+    let mut roles = Vec::new();
+    for _ in 0..6 {
+        roles.push(rails.role(d));
+        tokio::time::sleep(frame / 2).await;
+    }
+    assert!(roles.contains(&Role::Reader), "{roles:?}");
+}

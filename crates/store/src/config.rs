@@ -86,7 +86,7 @@ impl Default for RepairConfig {
     fn default() -> Self {
         RepairConfig {
             watch_interval: Duration::from_secs(2),
-            concurrency: 4,
+            concurrency: 6,
             write_bytes_per_s_max: None,
             scrub_interval: Duration::from_secs(7 * 24 * 3600),
         }
@@ -271,7 +271,7 @@ object_bytes_max = 5497558138880
 watch_interval_ms = 2000
 # A rebuild while serving (railstore device replace): objects rebuilt at once, and the most
 # bytes per second it writes (0: no limit).
-concurrency = 4
+concurrency = 6
 write_bytes_per_s_max = 0
 # Seconds from the end of one complete scrub (every object verified, damage repaired; its
 # report in <data_dir>/scrub-report.json) to the start of the next (0: none scheduled).

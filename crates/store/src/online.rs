@@ -229,6 +229,8 @@ impl Store {
                 ),
                 e => e.into(),
             })?;
+        // It serves reads again: back under the schedule.
+        inner.rails_layer.rebuilt(d);
         inner.manager.sync().await?;
         if inner.manager.devices().is_failed(d) {
             // Failed again while it was rebuilt (by the operator, or a write that did not

@@ -219,7 +219,8 @@ impl Rails {
     }
 
     /// Failed device `d` now holds an empty replacement (a `DeviceSlot` swapped under rails)
-    /// that is being rebuilt while the array serves: it takes writes again. Its watermark is
+    /// that is being rebuilt while the array serves: it takes writes again, in every frame
+    /// until [`Rails::rebuilt`] (it serves no reads meanwhile). Its watermark is
     /// first stored on it, durably, past every tag given to the device it replaces, so no
     /// journal record of the old device is ever replayed onto it (the records left from before
     /// go as stale at their holders' next deletes, or at the next recovery).
@@ -239,6 +240,9 @@ impl Rails {
         st.wm_durable.store(past, Ordering::SeqCst);
         st.lost.lock().unwrap().clear();
         st.failed.store(false, Ordering::SeqCst);
+        // It writes in every frame until `rebuilt`: its rebuild runs at the device's write
+        // speed, not only in its writer frames.
+        st.rebuilding.store(true, Ordering::SeqCst);
         self.replaced.lock().unwrap().retain(|&x| x != d);
         tracing::info!(
             device = d,
