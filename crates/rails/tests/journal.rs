@@ -565,6 +565,16 @@ fn three_colours() -> ScheduleConfig {
     }
 }
 
+/// Separation with its defaults over three devices of three colours, booted with `seed`.
+fn three_colour_rails(machine: &mut Machine, seed: u64) -> (Arc<Rails>, Vec<Arc<dyn Device>>) {
+    Rails::new(
+        RailsConfig::new(three_colours()),
+        machine.boot(seed, None),
+        vec![0, 1, 2],
+    )
+    .unwrap()
+}
+
 fn two_colours() -> ScheduleConfig {
     ScheduleConfig {
         colours: 2,
@@ -686,12 +696,7 @@ async fn a_buffered_write_survives_a_power_cut_and_a_lost_journal_device_with_tw
 async fn a_replacement_device_gets_no_journal_records_of_the_device_it_replaces() {
     for replacing in [false, true] {
         let mut machine = Machine::new(3);
-        let (rails, devs) = Rails::new(
-            RailsConfig::new(three_colours()),
-            machine.boot(1, None),
-            vec![0, 1, 2],
-        )
-        .unwrap();
+        let (rails, devs) = three_colour_rails(&mut machine, 1);
         assert_eq!(rails.role(0), Role::Reader);
         devs[0]
             .store(b"k", b"old", StoreMode::Upsert)
@@ -702,12 +707,7 @@ async fn a_replacement_device_gets_no_journal_records_of_the_device_it_replaces(
         drop((rails, devs));
         // Device 0 is replaced by an empty device.
         machine.media[0] = Arc::new(MemDevice::new(MemConfig::default()).unwrap());
-        let (rails, devs) = Rails::new(
-            RailsConfig::new(three_colours()),
-            machine.boot(2, None),
-            vec![0, 1, 2],
-        )
-        .unwrap();
+        let (rails, devs) = three_colour_rails(&mut machine, 2);
         if replacing {
             rails.replacing(0);
         }
@@ -1143,12 +1143,7 @@ async fn with_a_writer_failed_a_buffered_write_gets_its_journal_copies_without_w
 #[tokio::test(start_paused = true)]
 async fn a_readmitted_device_writes_in_every_frame_until_it_is_rebuilt() {
     let mut machine = Machine::new(3);
-    let (rails, devs) = Rails::new(
-        RailsConfig::new(three_colours()),
-        machine.boot(1, None),
-        vec![0, 1, 2],
-    )
-    .unwrap();
+    let (rails, devs) = three_colour_rails(&mut machine, 1);
     let frame = three_colours().frame;
     let d = (0..3).find(|&d| rails.role(d) == Role::Reader).unwrap();
     rails.mark_failed(d);

@@ -30,6 +30,15 @@ fn config(dir: &Path) -> StoreConfig {
     c
 }
 
+/// [`config`] with a rebuild throttled to one object at a time and 100 KiB/s, so that it is
+/// still running when a test acts on it.
+fn slow_rebuild_config(dir: &Path) -> StoreConfig {
+    let mut c = config(dir);
+    c.repair.concurrency = 1;
+    c.repair.write_bytes_per_s_max = Some(100 << 10);
+    c
+}
+
 /// Sizes over every mechanism of the hybrid policy: rep3, pack3+3, split3+3 (inline and
 /// chunked records).
 fn value(i: usize, version: u8) -> Vec<u8> {
@@ -187,10 +196,8 @@ async fn a_vanished_device_is_failed_and_rebuilt_while_a_client_works() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebuild_cut_off_by_a_shutdown_is_resumed_at_the_next_start() {
     let dir = tempfile::tempdir().unwrap();
-    let mut slow = config(dir.path());
     // Slow enough that the shutdown comes first.
-    slow.repair.concurrency = 1;
-    slow.repair.write_bytes_per_s_max = Some(100 << 10);
+    let slow = slow_rebuild_config(dir.path());
     let store = Store::open(slow.clone()).await.unwrap();
     let model = fill(&store).await;
     store.fail_device(1, "operator test").unwrap();
@@ -287,10 +294,7 @@ async fn reopen(cfg: &StoreConfig) -> Store {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_device_failed_during_its_rebuild_stays_out_of_service() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(dir.path());
-    cfg.repair.concurrency = 1;
-    cfg.repair.write_bytes_per_s_max = Some(100 << 10);
-    let store = Store::open(cfg).await.unwrap();
+    let store = Store::open(slow_rebuild_config(dir.path())).await.unwrap();
     let model = fill(&store).await;
     store.fail_device(3, "test").unwrap();
     store.replace_device(3).await.unwrap();

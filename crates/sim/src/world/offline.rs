@@ -4,20 +4,29 @@
 use super::*;
 
 impl World<'_> {
-    pub(super) fn offline(&mut self, off: Offline) -> Flow {
+    /// Opens the store as the offline command `what` does (no separation) and checks it;
+    /// `false` when it did not open (the command ends there, as the refusal's flow says).
+    fn open_offline(&mut self, what: &str) -> Result<bool, Halt> {
         let mut cfg = self.store_cfg.clone();
+        cfg.separation = None;
+        match self.open(cfg, None) {
+            Opened::Live(l) => self.live = Some(l),
+            Opened::Refused(e) => return self.refused(what, e).map(|()| false),
+            Opened::Stuck => return self.stuck(what).map(|()| false),
+            Opened::Crashed(_) => unreachable!("no crash armed"),
+        }
+        self.fresh = true;
+        self.check()?;
+        Ok(true)
+    }
+
+    pub(super) fn offline(&mut self, off: Offline) -> Flow {
         match off {
             Offline::Status => {
                 self.stats.fault("offline-status");
-                cfg.separation = None;
-                match self.open(cfg, None) {
-                    Opened::Live(l) => self.live = Some(l),
-                    Opened::Refused(e) => return self.refused("railstore status", e),
-                    Opened::Stuck => return self.stuck("railstore status"),
-                    Opened::Crashed(_) => unreachable!("no crash armed"),
+                if !self.open_offline("railstore status")? {
+                    return Ok(());
                 }
-                self.fresh = true;
-                self.check()?;
                 let live = self.live.as_ref().expect("open");
                 let store = live.store.clone();
                 let status = live.rt.block_on(async move { store.status().await });
@@ -40,15 +49,9 @@ impl World<'_> {
             }
             Offline::Scrub { crash } => {
                 self.stats.fault("offline-scrub");
-                cfg.separation = None;
-                match self.open(cfg, None) {
-                    Opened::Live(l) => self.live = Some(l),
-                    Opened::Refused(e) => return self.refused("railstore scrub", e),
-                    Opened::Stuck => return self.stuck("railstore scrub"),
-                    Opened::Crashed(_) => unreachable!("no crash armed"),
+                if !self.open_offline("railstore scrub")? {
+                    return Ok(());
                 }
-                self.fresh = true;
-                self.check()?;
                 let live = self.live.as_ref().expect("open");
                 if let Some((n, _)) = crash {
                     live.gate.arm_crash(n);
@@ -111,7 +114,7 @@ impl World<'_> {
                 } else {
                     StopHow::ProcessCrash
                 };
-                match self.open(cfg, Some(after_device_ops)) {
+                match self.open(self.store_cfg.clone(), Some(after_device_ops)) {
                     Opened::Live(l) => {
                         // The open finished first: crash right after it.
                         self.live = Some(l);
