@@ -93,13 +93,13 @@ pub fn serve_admin_token(server: &ServerSection, data_dir: &Path) -> Result<Stri
     Ok(token)
 }
 
-struct Target {
+pub(crate) struct Target {
     addr: String,
     token: String,
 }
 
 impl AdminArgs {
-    fn target(&self) -> Result<Target> {
+    pub(crate) fn target(&self) -> Result<Target> {
         let loaded = self.config.load()?;
         let addr = self
             .server
@@ -148,7 +148,7 @@ pub fn request(addr: &str, method: &str, path: &str, token: Option<&str>) -> Res
 }
 
 /// Calls the admin API; an error answer becomes an error with the server's message.
-fn call(t: &Target, method: &str, path: &str) -> Result<String> {
+pub(crate) fn call(t: &Target, method: &str, path: &str) -> Result<String> {
     let (code, body) = request(&t.addr, method, path, Some(&t.token))?;
     if (200..300).contains(&code) {
         return Ok(body);
@@ -160,6 +160,16 @@ fn call(t: &Target, method: &str, path: &str) -> Result<String> {
     bail!("{method} {path}: {code}: {message}")
 }
 
+/// `text` for a query string: unreserved bytes as they are, the rest as `%XX`.
+pub(crate) fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 pub fn device(cmd: &DeviceCommand) -> Result<()> {
     match cmd {
         DeviceCommand::Fail {
@@ -168,15 +178,7 @@ pub fn device(cmd: &DeviceCommand) -> Result<()> {
             admin,
         } => {
             let t = admin.target()?;
-            let reason: String = reason
-                .bytes()
-                .map(|b| match b {
-                    b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => {
-                        (b as char).to_string()
-                    }
-                    _ => format!("%{b:02X}"),
-                })
-                .collect();
+            let reason = percent_encode(reason);
             call(
                 &t,
                 "POST",

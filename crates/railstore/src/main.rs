@@ -6,6 +6,7 @@ mod repair_bench_cmd;
 mod s3_bench_cmd;
 mod server_cmd;
 mod sim_cmd;
+mod volume_cmd;
 
 use clap::{Parser, Subcommand};
 use railstore_bench::device::{DeviceBenchArgs, SimValidationArgs};
@@ -44,6 +45,11 @@ enum Command {
     Repair {
         #[command(subcommand)]
         what: admin_cmd::RepairCommand,
+    },
+    /// Block volumes of a running server, exported over NBD (admin API).
+    Volume {
+        #[command(subcommand)]
+        what: volume_cmd::VolumeCommand,
     },
     /// Benchmark the erasure coders the way EC-Bench does (encode/decode sweeps over k, m,
     /// chunk size, engine and threads).
@@ -111,6 +117,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Device { what } => admin_cmd::device(&what),
         Command::Repair { what } => admin_cmd::repair(&what),
+        Command::Volume { what } => volume_cmd::run(&what),
         Command::EcBench(args) => railstore_bench::ec::run(&args).map(|_| ()),
         Command::Mttdl(args) => mttdl_cmd::run(&args),
         Command::Sim(args) => sim_cmd::run(&args),
@@ -144,7 +151,7 @@ fn logging() {
     let filter = match EnvFilter::try_from_default_env() {
         Ok(f) => f.add_directive("s3s=warn".parse().expect("a valid directive")),
         Err(_) => EnvFilter::new(
-            "warn,s3s=off,railstore=info,railstore_store=info,railstore_s3=info,railstore_rails=info",
+            "warn,s3s=off,railstore=info,railstore_store=info,railstore_s3=info,railstore_rails=info,railstore_volume=info",
         ),
     };
     tracing_subscriber::fmt()

@@ -67,6 +67,10 @@ pub struct ServerSection {
     /// Seconds between passes of the lifecycle worker (0: no worker).
     #[serde(default = "default_lifecycle_interval_s")]
     pub lifecycle_interval_s: u64,
+    /// Where volumes are exported over NBD (TCP, loopback only).
+    pub nbd_listen: Option<SocketAddr>,
+    /// The NBD Unix socket; by default `nbd.sock` in the data folder.
+    pub nbd_socket: Option<PathBuf>,
 }
 
 fn default_lifecycle_interval_s() -> u64 {
@@ -89,6 +93,8 @@ impl std::fmt::Debug for ServerSection {
             .field("operator_token", &hidden(&self.operator_token))
             .field("sse_master_key_file", &self.sse_master_key_file)
             .field("lifecycle_interval_s", &self.lifecycle_interval_s)
+            .field("nbd_listen", &self.nbd_listen)
+            .field("nbd_socket", &self.nbd_socket)
             .finish()
     }
 }
@@ -133,6 +139,8 @@ impl Default for ServerSection {
             admin_token: None,
             sse_master_key_file: None,
             lifecycle_interval_s: default_lifecycle_interval_s(),
+            nbd_listen: None,
+            nbd_socket: None,
         }
     }
 }
@@ -309,6 +317,10 @@ pub struct ServeArgs {
     /// `[server].operator_token`); without one they are open.
     #[arg(long, env = "RAILSTORE_OPERATOR_TOKEN", hide_env_values = true)]
     pub operator_token: Option<String>,
+    /// Where volumes are exported over NBD (overrides `[server].nbd_listen`; default
+    /// 127.0.0.1:10809, loopback only).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub nbd_listen: Option<SocketAddr>,
 }
 
 /// A future that resolves on Ctrl-C or SIGTERM. The handlers are in place when this returns
@@ -360,6 +372,9 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
     }
     if let Some(t) = &args.operator_token {
         loaded.server.operator_token = Some(t.clone());
+    }
+    if let Some(a) = args.nbd_listen {
+        loaded.server.nbd_listen = Some(a);
     }
     let Loaded { store: cfg, server } = loaded;
     keep_private(&cfg.data_dir);
@@ -517,16 +532,55 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
                 server.listen
             );
         }
-        let stop = stop_signal();
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let signal = stop_signal();
+        tokio::spawn(async move {
+            signal.await;
+            let _ = stop_tx.send(true);
+        });
+        let volumes = railstore_volume::Volumes::open(store.clone())
+            .await
+            .context("opening the volumes")?;
+        let nbd_listen = server.nbd_listen.unwrap_or_else(|| {
+            SocketAddr::from(([127, 0, 0, 1], crate::volume_cmd::NBD_PORT_DEFAULT))
+        });
+        let nbd_socket = server
+            .nbd_socket
+            .clone()
+            .unwrap_or_else(|| cfg.data_dir.join("nbd.sock"));
+        let nbd = crate::volume_cmd::bind_nbd(
+            volumes.clone(),
+            nbd_listen,
+            server.nbd_listen.is_some(),
+            &nbd_socket,
+        )
+        .await?;
+        let nbd_at = nbd
+            .tcp_addr()
+            .map_or("off".to_string(), |a| format!("nbd://{a}"));
+        tracing::info!(
+            volumes = volumes.list().len(),
+            tcp = %nbd_at,
+            socket = %nbd_socket.display(),
+            "NBD export of volumes at {nbd_at}"
+        );
+        let nbd = tokio::spawn(nbd.serve(stop_rx.clone()));
         let bound = railstore_s3::bind(store.clone(), s3)
             .await
-            .with_context(|| format!("listening on {}", server.listen))?;
+            .with_context(|| format!("listening on {}", server.listen))?
+            .with_volumes(volumes);
         let at = bound.local_addr();
         tracing::info!(
             "metrics at http://{at}/metrics, status at http://{at}/status, console at \
              http://{at}/admin/console/ (with the admin token)"
         );
-        bound.serve(stop).await?;
+        let mut stop = stop_rx;
+        bound
+            .serve(async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+            .await?;
+        let _ = nbd.await;
         tracing::info!("stopping: flushing buffers and closing devices");
         store.shutdown().await?;
         anyhow::Ok(())

@@ -302,6 +302,7 @@ pub async fn bind(store: Store, cfg: S3Config) -> Result<Server, ServeError> {
             admin_token: cfg.admin_token,
             domain: cfg.domain,
             latency: LatencyHistory::default(),
+            volumes: None,
         }),
     })
 }
@@ -317,6 +318,14 @@ pub async fn serve(
 }
 
 impl Server {
+    /// Serves the admin API's volume operations from `volumes`.
+    pub fn with_volumes(mut self, volumes: Arc<railstore_volume::Volumes>) -> Server {
+        Arc::get_mut(&mut self.router)
+            .expect("not serving yet")
+            .volumes = Some(volumes);
+        self
+    }
+
     /// The address it listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
@@ -458,6 +467,8 @@ struct Router {
     domain: Option<String>,
     /// S3 requests' latency per second, for the console.
     latency: LatencyHistory,
+    /// The store's volumes, for the admin API.
+    volumes: Option<Arc<railstore_volume::Volumes>>,
 }
 
 impl Router {
@@ -577,6 +588,7 @@ impl Router {
                         store: &self.store,
                         token: self.admin_token.as_deref(),
                         latency: &self.latency,
+                        volumes: self.volumes.as_deref(),
                     };
                     admin.answer(&req).await
                 }

@@ -206,6 +206,11 @@ sigv2 = false
 # Seconds between passes of the lifecycle worker, which deletes objects and aborts uploads
 # that buckets' lifecycle rules expire (0: none).
 lifecycle_interval_s = 3600
+# Where volumes are exported over NBD (docs/volumes.md): loopback only (no TLS yet). Default:
+# 127.0.0.1:10809, the NBD port (left off with a warning when another server holds it).
+# nbd_listen = "127.0.0.1:10809"
+# The NBD Unix socket. Default: <data_dir>/nbd.sock.
+# nbd_socket = "/run/railstore/nbd.sock"
 
 [devices]
 # file: log-structured devices (folders under <data_dir>/devices, or the paths below);

@@ -36,6 +36,7 @@ pub use load::LoadReport;
 pub use metrics::{DeviceStatus, StoreStatus};
 pub use multipart::{multipart_etag, PART_NUMBER_MAX};
 pub use railstore_redundancy::{Mechanism, RepairOptions, RepairProgress, RepairReport};
+pub use record::TAG_VOLUME;
 pub use risk::RiskReport;
 pub use scrubber::ScrubRecord;
 pub use store::{check_bucket_name, Store, KEY_BYTES_MAX};

@@ -40,6 +40,9 @@ pub(crate) const TAG_VERSION: u8 = b'V';
 pub(crate) const TAG_CHUNK: u8 = b'D';
 pub(crate) const TAG_UPLOAD: u8 = b'U';
 pub(crate) const TAG_PART: u8 = b'P';
+/// Manager keys of block volumes (crate `railstore-volume`) start with this byte; the store
+/// neither reads nor deletes them.
+pub const TAG_VOLUME: u8 = b'L';
 
 /// 16 random bytes naming a chunk or an upload.
 pub(crate) type Id = [u8; 16];

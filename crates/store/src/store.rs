@@ -285,6 +285,13 @@ impl Store {
             .await
     }
 
+    /// Makes every write acknowledged so far durable (the group commit S3 writes share): what
+    /// a block device's flush asks for.
+    pub async fn flush(&self) -> Result<()> {
+        self.check_open()?;
+        self.durable().await
+    }
+
     pub(crate) async fn durable(&self) -> Result<()> {
         self.inner.committer.sync(&self.inner.manager).await
     }

@@ -19,7 +19,7 @@ pub fn config_file(dir: &Path) -> std::path::PathBuf {
     path
 }
 
-/// `railstore serve` on a free port of 127.0.0.1 with [`config_file`] in `dir`, its data in
+/// `railstore serve` on free ports of 127.0.0.1 (S3 and NBD) with [`config_file`] in `dir`, its data in
 /// `dir/data`, and this key pair from the environment: the server, once it listens, and its
 /// endpoint.
 pub fn serve_in(dir: &Path, access: &str, secret: &str) -> (Served, String) {
@@ -30,7 +30,7 @@ pub fn serve_in(dir: &Path, access: &str, secret: &str) -> (Served, String) {
             .arg(config_file(dir))
             .arg("--data")
             .arg(dir.join("data"))
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", "127.0.0.1:0", "--nbd-listen", "127.0.0.1:0"])
             .env("RAILSTORE_ACCESS_KEY", access)
             .env("RAILSTORE_SECRET_KEY", secret),
     );

@@ -12,11 +12,15 @@
 //!   place, in the background (202, the rebuild's status).
 //! - `POST /admin/v1/scrub`: verifies every object and set in the background (202).
 //! - `GET /admin/v1/repair`: the rebuild or scrub running or last run (404 when none ran).
+//! - `/admin/v1/volumes…`: block volumes ([`volumes`]).
 
 use crate::latency::LatencyHistory;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use railstore_store::{Store, StoreError};
+use railstore_volume::Volumes;
+
+mod volumes;
 
 /// The path prefix the admin API answers under.
 pub const PREFIX: &str = "/admin/";
@@ -28,6 +32,8 @@ pub struct Admin<'a> {
     pub token: Option<&'a str>,
     /// The S3 requests' latency history.
     pub latency: &'a LatencyHistory,
+    /// The store's volumes, when the server serves them.
+    pub volumes: Option<&'a Volumes>,
 }
 
 impl Admin<'_> {
@@ -52,16 +58,13 @@ impl Admin<'_> {
             );
             return resp;
         }
-        operation(self.store, self.latency, req).await
+        operation(self, req).await
     }
 }
 
 /// An authenticated request.
-async fn operation<B>(
-    store: &Store,
-    latency: &LatencyHistory,
-    req: &Request<B>,
-) -> Response<Bytes> {
+async fn operation<B>(admin: &Admin<'_>, req: &Request<B>) -> Response<Bytes> {
+    let (store, latency) = (admin.store, admin.latency);
     let path = req.uri().path();
     let parts: Vec<&str> = path
         .strip_prefix("/admin/v1/")
@@ -124,6 +127,10 @@ async fn operation<B>(
                 },
                 _ => not_found(method, path),
             }
+        }
+        (_, ["volumes", rest @ ..]) => {
+            let query = req.uri().query().unwrap_or("");
+            volumes::answer(admin.volumes, method, path, rest, query).await
         }
         _ => not_found(method, path),
     }

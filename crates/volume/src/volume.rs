@@ -1,0 +1,276 @@
+//! One volume's block I/O: reads and writes at any offset and length, striped over objects of
+//! the volume's object size.
+//!
+//! A write that covers a whole object stores it; one that covers part of an object reads the
+//! object, patches it and stores it again (read-modify-write), under the object's lock, so
+//! writes to one object are applied one at a time and writes to different objects run in
+//! parallel. Every object store is atomic (the manager keeps the old version until the new one
+//! is whole), so a crash leaves each object as it was before or after a write, never torn.
+//! Bytes never written read as zeros: an object that does not exist is all zeros, and so is
+//! any part of an object beyond its stored length (a volume grown since it was written).
+//! Zeroing (trim, write-zeroes) deletes whole objects and zeroes parts of others.
+//! Durability is the store's: a write is acknowledged once every piece is on its device, and
+//! [`Volume::flush`] (or a write with `fua`) makes every acknowledged write durable.
+
+use crate::error::{Result, VolumeError};
+use crate::meta::{data_key, VolumeMeta};
+use futures_util::future::try_join_all;
+use railstore_device::{ReadRange, StoreMode};
+use railstore_redundancy::{Mechanism, RedundancyError};
+use railstore_store::Store;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::RwLock;
+
+/// Stripes of the per-object lock table.
+const OBJECT_LOCK_STRIPES: usize = 1024;
+
+/// An open volume.
+pub struct Volume {
+    store: Store,
+    meta: RwLock<VolumeMeta>,
+    mechanism: Option<Mechanism>,
+    /// Serialises read-modify-writes of one object.
+    object_locks: Vec<tokio::sync::Mutex<()>>,
+    /// Held shared by every operation and exclusively by a resize or delete, which so see no
+    /// operation half done.
+    ops: tokio::sync::RwLock<()>,
+    deleted: AtomicBool,
+}
+
+/// The part of one object a request touches.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    index: u64,
+    /// Offset within the object.
+    within: u64,
+    len: u64,
+    /// Offset within the request's buffer.
+    at: usize,
+}
+
+impl std::fmt::Debug for Volume {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Volume")
+            .field("meta", &*self.meta.read().unwrap())
+            .finish()
+    }
+}
+
+impl Volume {
+    pub(crate) fn new(store: Store, meta: VolumeMeta) -> Result<Volume> {
+        let mechanism = meta.mechanism()?;
+        Ok(Volume {
+            store,
+            meta: RwLock::new(meta),
+            mechanism,
+            object_locks: (0..OBJECT_LOCK_STRIPES)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
+            ops: tokio::sync::RwLock::new(()),
+            deleted: AtomicBool::new(false),
+        })
+    }
+
+    /// The volume's record as it is now.
+    pub fn meta(&self) -> VolumeMeta {
+        self.meta.read().unwrap().clone()
+    }
+
+    /// Bytes the volume has.
+    pub fn size(&self) -> u64 {
+        self.meta.read().unwrap().size
+    }
+
+    /// Reads `len` bytes at `offset`.
+    pub async fn read(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let _op = self.enter().await?;
+        let meta = self.meta();
+        let spans = spans(&meta, "read", offset, len)?;
+        let mut out = vec![0u8; len as usize];
+        let parts = try_join_all(spans.iter().map(|s| self.read_span(&meta, *s))).await?;
+        for (s, bytes) in spans.iter().zip(parts) {
+            out[s.at..s.at + bytes.len()].copy_from_slice(&bytes);
+        }
+        Ok(out)
+    }
+
+    /// Writes `data` at `offset`; with `fua`, durably before it returns.
+    pub async fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<()> {
+        {
+            let _op = self.enter().await?;
+            let meta = self.meta();
+            let spans = spans(&meta, "write", offset, data.len() as u64)?;
+            try_join_all(spans.iter().map(|s| {
+                let bytes = &data[s.at..s.at + s.len as usize];
+                self.write_span(&meta, *s, Some(bytes))
+            }))
+            .await?;
+        }
+        if fua {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Makes `len` bytes at `offset` read as zeros (trim and write-zeroes): whole objects are
+    /// deleted, parts of objects zeroed; with `fua`, durably before it returns.
+    pub async fn zero(&self, offset: u64, len: u64, fua: bool) -> Result<()> {
+        {
+            let _op = self.enter().await?;
+            let meta = self.meta();
+            let spans = spans(&meta, "zero", offset, len)?;
+            try_join_all(spans.iter().map(|s| self.write_span(&meta, *s, None))).await?;
+        }
+        if fua {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Makes every write acknowledged so far durable.
+    pub async fn flush(&self) -> Result<()> {
+        self.check_live()?;
+        Ok(self.store.flush().await?)
+    }
+
+    fn check_live(&self) -> Result<()> {
+        if self.deleted.load(Ordering::SeqCst) {
+            return Err(VolumeError::Deleted(self.meta.read().unwrap().name.clone()));
+        }
+        Ok(())
+    }
+
+    async fn enter(&self) -> Result<tokio::sync::RwLockReadGuard<'_, ()>> {
+        let guard = self.ops.read().await;
+        self.check_live()?;
+        Ok(guard)
+    }
+
+    /// Waits for every operation in flight and keeps new ones out (resize, delete).
+    pub(crate) async fn exclusive(&self) -> tokio::sync::RwLockWriteGuard<'_, ()> {
+        self.ops.write().await
+    }
+
+    pub(crate) fn set_meta(&self, meta: VolumeMeta) {
+        *self.meta.write().unwrap() = meta;
+    }
+
+    pub(crate) fn mark_deleted(&self) {
+        self.deleted.store(true, Ordering::SeqCst);
+    }
+
+    async fn read_span(&self, meta: &VolumeMeta, s: Span) -> Result<Vec<u8>> {
+        let key = data_key(meta.id, s.index);
+        let range = ReadRange {
+            offset: s.within,
+            len: Some(s.len),
+        };
+        match self.store.manager().get(&key, range).await {
+            Ok((mut bytes, _)) => {
+                bytes.resize(s.len as usize, 0);
+                Ok(bytes)
+            }
+            Err(RedundancyError::NotFound { .. } | RedundancyError::Offset { .. }) => {
+                Ok(vec![0; s.len as usize])
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Writes `bytes` (or zeros, for `None`) over one object's span.
+    async fn write_span(&self, meta: &VolumeMeta, s: Span, bytes: Option<&[u8]>) -> Result<()> {
+        let manager = self.store.manager();
+        let key = data_key(meta.id, s.index);
+        let object_len = meta.object_len(s.index);
+        let _lock = self.object_locks[(s.index % OBJECT_LOCK_STRIPES as u64) as usize]
+            .lock()
+            .await;
+        if s.len == object_len {
+            match bytes {
+                Some(b) => {
+                    manager
+                        .put(&key, b, StoreMode::Upsert, self.mechanism)
+                        .await?
+                }
+                None => {
+                    manager.delete(&key).await?;
+                }
+            }
+            return Ok(());
+        }
+        let mut object = match manager.get(&key, ReadRange::ALL).await {
+            Ok((b, _)) => b,
+            // Zeroing part of an object never written changes nothing.
+            Err(RedundancyError::NotFound { .. }) if bytes.is_none() => return Ok(()),
+            Err(RedundancyError::NotFound { .. }) => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        object.resize(object_len as usize, 0);
+        let target = &mut object[s.within as usize..(s.within + s.len) as usize];
+        match bytes {
+            Some(b) => target.copy_from_slice(b),
+            None => target.fill(0),
+        }
+        manager
+            .put(&key, &object, StoreMode::Upsert, self.mechanism)
+            .await?;
+        Ok(())
+    }
+}
+
+/// Cuts `len` bytes at `offset` into per-object spans; refuses a range beyond the volume.
+fn spans(meta: &VolumeMeta, what: &'static str, offset: u64, len: u64) -> Result<Vec<Span>> {
+    let end = offset.checked_add(len).filter(|&e| e <= meta.size);
+    let Some(end) = end else {
+        return Err(VolumeError::OutOfRange {
+            what,
+            offset,
+            end: offset.saturating_add(len),
+            size: meta.size,
+        });
+    };
+    let mut out = Vec::new();
+    let mut pos = offset;
+    while pos < end {
+        let index = pos / meta.object_bytes;
+        let within = pos % meta.object_bytes;
+        let n = (meta.object_bytes - within).min(end - pos);
+        out.push(Span {
+            index,
+            within,
+            len: n,
+            at: (pos - offset) as usize,
+        });
+        pos += n;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(size: u64, object_bytes: u64) -> VolumeMeta {
+        VolumeMeta {
+            name: "v".into(),
+            id: 1,
+            size,
+            object_bytes,
+            mechanism: None,
+        }
+    }
+
+    #[test]
+    fn spans_cover_the_range_object_by_object() {
+        let m = meta(10_000, 4096);
+        let s = spans(&m, "read", 4000, 5000).unwrap();
+        let got: Vec<_> = s.iter().map(|s| (s.index, s.within, s.len, s.at)).collect();
+        assert_eq!(
+            got,
+            vec![(0, 4000, 96, 0), (1, 0, 4096, 96), (2, 0, 808, 4192)]
+        );
+        assert!(spans(&m, "read", 9_000, 1_001).is_err());
+        assert!(spans(&m, "read", u64::MAX, 2).is_err());
+        assert!(spans(&m, "read", 10_000, 0).unwrap().is_empty());
+    }
+}
