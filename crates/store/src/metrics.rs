@@ -238,6 +238,20 @@ impl Store {
             &one(&io.retrieves),
         );
         metric(
+            "device_store_bytes_total",
+            "counter",
+            "Bytes of pieces (headers included) stored on devices: with the bytes written to the \
+             store, the write amplification of the mechanisms (separation's journal is counted \
+             apart).",
+            &one(&io.store_bytes),
+        );
+        metric(
+            "device_retrieve_bytes_total",
+            "counter",
+            "Bytes of pieces read from devices.",
+            &one(&io.retrieve_bytes),
+        );
+        metric(
             "decodes_total",
             "counter",
             "Reads that decoded from parity.",
