@@ -13,6 +13,10 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+/// How long a client may take to negotiate: one that connects and stays silent does not keep a
+/// task for ever.
+const NEGOTIATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Bound NBD listeners, not yet serving.
 pub struct NbdServer {
     volumes: Arc<Volumes>,
@@ -121,11 +125,16 @@ async fn connection<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let volume = match negotiate(&mut stream, &volumes).await {
-        Ok(Negotiated::Export(v)) => v,
-        Ok(Negotiated::Closed) => return,
-        Err(e) => {
+    let negotiated = tokio::time::timeout(NEGOTIATION_TIMEOUT, negotiate(&mut stream, &volumes));
+    let volume = match negotiated.await {
+        Ok(Ok(Negotiated::Export(v))) => v,
+        Ok(Ok(Negotiated::Closed)) => return,
+        Ok(Err(e)) => {
             tracing::debug!(peer = %peer, error = %e, "NBD negotiation ended");
+            return;
+        }
+        Err(_) => {
+            tracing::info!(peer = %peer, "NBD client took too long to choose an export");
             return;
         }
     };
