@@ -28,7 +28,13 @@ pub(super) async fn answer(
             "this server does not serve volumes",
         );
     };
-    let result = match (method, rest) {
+    // Names are percent-encoded in the path (the CLI encodes every byte a name may not hold).
+    let decoded: Vec<String> = rest
+        .iter()
+        .map(|p| crate::guard::percent_decode(p))
+        .collect();
+    let rest: Vec<&str> = decoded.iter().map(String::as_str).collect();
+    let result = match (method, rest.as_slice()) {
         (&Method::GET, []) => Ok(json(StatusCode::OK, &volumes.list())),
         (&Method::GET, [name]) => volumes.info(name).await.map(|v| json(StatusCode::OK, &v)),
         (&Method::POST, [name]) => match spec(name, query) {
