@@ -448,11 +448,13 @@ impl Manager {
                 with_values: false,
             };
             loop {
-                let batch = inner
-                    .io
-                    .iterate(d, &req)
-                    .await
-                    .map_err(|source| RedundancyError::Device { device: d, source })?;
+                let batch = match inner.io.iterate(d, &req).await {
+                    Ok(b) => b,
+                    // A device that failed while listed is out of service now; every key it
+                    // held a first segment of is listed by the others (within the tolerance).
+                    Err(_) if inner.io.is_failed(d) => break,
+                    Err(source) => return Err(RedundancyError::Device { device: d, source }),
+                };
                 keys.extend(batch.entries.iter().map(|e| e.key[1..].to_vec()));
                 if !batch.more {
                     break;

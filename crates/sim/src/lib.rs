@@ -16,6 +16,7 @@ pub mod model;
 mod ops;
 pub mod plan;
 pub mod report;
+pub mod volume;
 mod world;
 
 pub use config::{configuration, configurations, Mutation, PolicyKind, SimConfig, DEFAULT_STEPS};

@@ -214,6 +214,8 @@ pub struct Step {
     pub mid: Option<MidFault>,
     /// An operator's action while they run.
     pub online: Option<Online>,
+    /// Volume operations, in order, beside the S3 ones.
+    pub volume: Vec<crate::volume::VolOp>,
     /// What happens after them while the store is down; always there after a mid-step crash.
     pub stop: Option<Stop>,
     /// This step takes the array beyond its tolerance (beyond mode).
@@ -491,6 +493,8 @@ pub fn generate(cfg: &SimConfig, seed: u64) -> Plan {
     };
     let frame_ms = p.rng.gen_range(100..=200);
     let mut online = ChaCha8Rng::seed_from_u64(seed ^ 0x4f4e_4c49_4e45_0016);
+    // Volume operations come from a stream of their own too.
+    let mut volume = ChaCha8Rng::seed_from_u64(seed ^ 0x564f_4c55_4d45_0017);
     let mut b = Budget {
         tolerance: cfg.tolerance(),
         devices: cfg.devices,
@@ -517,6 +521,7 @@ pub fn generate(cfg: &SimConfig, seed: u64) -> Plan {
             ops,
             mid: None,
             online: None,
+            volume: crate::volume::draw(&mut volume),
             stop: None,
             breach: false,
         };

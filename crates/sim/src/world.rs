@@ -12,6 +12,7 @@ use crate::plan::{
     self, MidFault, MultipartEnd, Offline, Op, Plan, Step, Stop, StopHow, BUCKET, KEYS, PREFIXES,
 };
 use crate::report::{Failure, SeedReport, Stats};
+use crate::volume::{VolOp, VolumeModel};
 use railstore_device::sim::virtual_time_runtime;
 use railstore_device::{
     iterate_all, Device, FaultConfig, FaultyDevice, MemConfig, MemDevice, ReadRange, StoreMode,
@@ -93,6 +94,10 @@ pub(crate) struct World<'a> {
     rollback: Option<Vec<Image>>,
     wrappers: u64,
     model: Model,
+    /// What the volumes' objects may hold.
+    volumes: VolumeModel,
+    /// The store went down without a clean shutdown since the volumes were last checked.
+    volumes_crashed: bool,
     live: Option<Live>,
     /// Helper runtime for device work between incarnations.
     util: Runtime,
@@ -150,6 +155,8 @@ impl<'a> World<'a> {
             rollback: None,
             wrappers: 0,
             model: Model::default(),
+            volumes: VolumeModel::default(),
+            volumes_crashed: false,
             live: None,
             util: virtual_time_runtime().expect("a runtime"),
             step: 0,
@@ -387,15 +394,21 @@ impl<'a> World<'a> {
                         self.violation(Kind::Shutdown, p);
                     }
                     live.gate.trip();
+                    self.volumes_crashed = true;
+                } else {
+                    // A clean shutdown makes every acknowledged write durable.
+                    self.volumes.apply(VolOp::Flush { vol: 0 }, true);
                 }
                 self.stats.fault("clean-restart");
             }
             StopHow::ProcessCrash => {
                 live.gate.trip();
+                self.volumes_crashed = true;
                 self.stats.fault("process-crash");
             }
             StopHow::PowerCut => {
                 live.gate.trip();
+                self.volumes_crashed = true;
                 self.stats.fault("power-cut");
             }
         }
@@ -428,6 +441,14 @@ impl<'a> World<'a> {
                 .block_on(async move { store.create_bucket(BUCKET).await })
             {
                 self.violation(Kind::Other, format!("creating the bucket failed: {e}"));
+                return Err(Halt::Failed);
+            }
+            let store = live.store.clone();
+            if let Err(e) = live
+                .rt
+                .block_on(async move { crate::volume::create(&store).await })
+            {
+                self.violation(Kind::Other, format!("creating the volumes failed: {e}"));
                 return Err(Halt::Failed);
             }
         }
@@ -505,7 +526,19 @@ impl<'a> World<'a> {
             Arc::new(Mutex::new((0..inputs.len()).map(|_| None).collect()));
         let store = live.store.clone();
         let (g, s) = (gate.clone(), slots.clone());
+        let volume_done: Arc<Mutex<Vec<bool>>> = Arc::new(Mutex::new(Vec::new()));
+        let (volume_ops, vg, vd) = (step.volume.clone(), gate.clone(), volume_done.clone());
         let end = live.rt.block_on(async move {
+            let volume_store = store.clone();
+            let volume_task = tokio::spawn(async move {
+                crate::volume::run(volume_store, volume_ops, |ok| {
+                    // A process that crashed answers nobody.
+                    if !vg.tripped() {
+                        vd.lock().unwrap().push(ok);
+                    }
+                })
+                .await
+            });
             let handles: Vec<_> = inputs
                 .into_iter()
                 .enumerate()
@@ -519,6 +552,7 @@ impl<'a> World<'a> {
                         }
                     })
                 })
+                .chain(std::iter::once(volume_task))
                 .collect();
             let all = futures_util::future::join_all(handles);
             tokio::select! {
@@ -586,6 +620,14 @@ impl<'a> World<'a> {
             self.finish_online(action)?;
         }
         let outcomes: Vec<Option<Outcome>> = std::mem::take(&mut *slots.lock().unwrap());
+        let acknowledged = std::mem::take(&mut *volume_done.lock().unwrap());
+        for (i, op) in step.volume.iter().enumerate() {
+            let ok = acknowledged.get(i).copied().unwrap_or(false);
+            if self.verbose {
+                self.debug(format!("    volume {op:?}: acknowledged {ok}"));
+            }
+            self.volumes.apply(*op, ok);
+        }
         self.settle(step, outcomes);
         self.halt_if_failed()?;
         Ok(down)

@@ -19,6 +19,11 @@ pub fn seed_ids_on_this_thread(seed: Option<u64>) {
     SEEDED.with(|s| *s.borrow_mut() = seed.map(ChaCha8Rng::seed_from_u64));
 }
 
+/// A random 64-bit id for things named beside the store (volumes), from the same generator.
+pub fn random_id() -> u64 {
+    random()
+}
+
 /// A random value for an id.
 pub(crate) fn random<T>() -> T
 where

@@ -31,7 +31,7 @@ pub use config::{
 };
 pub use error::{Result, StoreError};
 pub use identity::{DeviceHealth, NotCurrent};
-pub use ids::seed_ids_on_this_thread;
+pub use ids::{random_id, seed_ids_on_this_thread};
 pub use load::LoadReport;
 pub use metrics::{DeviceStatus, StoreStatus};
 pub use multipart::{multipart_etag, PART_NUMBER_MAX};

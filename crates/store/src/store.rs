@@ -271,6 +271,15 @@ impl Store {
         self.inner.unclean_start
     }
 
+    /// False after an unclean start until a full scrub has run: the pieces of an object
+    /// written when the crash came may disagree, and a plain [`Manager::get`] may meet one
+    /// version now and the other later. A reader that must not see a value change under it
+    /// reads with [`Manager::get_resolved`] until then (the store's own records are resolved
+    /// that way when it opens).
+    pub fn settled(&self) -> bool {
+        !self.inner.scrub_owed.load(Ordering::SeqCst)
+    }
+
     pub(crate) fn check_open(&self) -> Result<()> {
         if self.inner.closing.load(Ordering::SeqCst) {
             return Err(StoreError::ShuttingDown);

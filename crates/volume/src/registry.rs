@@ -115,7 +115,7 @@ impl Volumes {
         }
         let meta = VolumeMeta {
             name: spec.name.clone(),
-            id: rand::random::<u64>().max(1),
+            id: railstore_store::random_id().max(1),
             size: spec.size,
             object_bytes: spec.object_bytes,
             mechanism: spec.mechanism.map(|m| m.to_string()),
@@ -212,7 +212,8 @@ impl Volumes {
             let index = from / old.object_bytes;
             let keep = (from % old.object_bytes) as usize;
             let key = crate::meta::data_key(old.id, index);
-            match manager.get(&key, ReadRange::ALL).await {
+            // Resolved: after an unclean start the object's pieces may still disagree.
+            match manager.get_resolved(&key).await {
                 Ok((mut object, _)) if object.len() > keep => {
                     object.truncate(keep);
                     manager

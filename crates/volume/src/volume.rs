@@ -11,6 +11,13 @@
 //! Zeroing (trim, write-zeroes) deletes whole objects and zeroes parts of others.
 //! Durability is the store's: a write is acknowledged once every piece is on its device, and
 //! [`Volume::flush`] (or a write with `fua`) makes every acknowledged write durable.
+//!
+//! One overwrite in flight per object. The manager overwrites a split or packed object's
+//! pieces in place; a crash that cuts one unsynced overwrite leaves the old and the new
+//! version sharing the positions, and one of them whole. Two unsynced overwrites of one
+//! object could leave three versions, none whole, and so lose a flushed one (the simulator
+//! found it). So a write to an object that was written since the last completed flush
+//! flushes first.
 
 use crate::error::{Result, VolumeError};
 use crate::meta::{data_key, VolumeMeta};
@@ -18,8 +25,9 @@ use futures_util::future::try_join_all;
 use railstore_device::{ReadRange, StoreMode};
 use railstore_redundancy::{Mechanism, RedundancyError};
 use railstore_store::Store;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::RwLock;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock};
 
 /// Stripes of the per-object lock table.
 const OBJECT_LOCK_STRIPES: usize = 1024;
@@ -35,6 +43,13 @@ pub struct Volume {
     /// operation half done.
     ops: tokio::sync::RwLock<()>,
     deleted: AtomicBool,
+    /// Flushes started (each takes the next number).
+    flushes_started: AtomicU64,
+    /// The highest number of a flush that completed.
+    flushed: AtomicU64,
+    /// Objects written and not yet known durable: index -> `flushes_started` when the write
+    /// completed (a flush numbered above it covers it).
+    unflushed: Mutex<HashMap<u64, u64>>,
 }
 
 /// The part of one object a request touches.
@@ -68,6 +83,9 @@ impl Volume {
                 .collect(),
             ops: tokio::sync::RwLock::new(()),
             deleted: AtomicBool::new(false),
+            flushes_started: AtomicU64::new(0),
+            flushed: AtomicU64::new(0),
+            unflushed: Mutex::new(HashMap::new()),
         })
     }
 
@@ -130,7 +148,31 @@ impl Volume {
     /// Makes every write acknowledged so far durable.
     pub async fn flush(&self) -> Result<()> {
         self.check_live()?;
-        Ok(self.store.flush().await?)
+        self.commit().await
+    }
+
+    async fn commit(&self) -> Result<()> {
+        let n = self.flushes_started.fetch_add(1, Ordering::SeqCst) + 1;
+        self.store.flush().await?;
+        self.flushed.fetch_max(n, Ordering::SeqCst);
+        self.unflushed.lock().unwrap().retain(|_, w| *w >= n);
+        Ok(())
+    }
+
+    /// Flushes first when object `index` was written since the last completed flush (see the
+    /// module docs); call under the object's lock.
+    async fn settle_overwrite(&self, index: u64) -> Result<()> {
+        let written = self.unflushed.lock().unwrap().get(&index).copied();
+        if written.is_some_and(|w| self.flushed.load(Ordering::SeqCst) <= w) {
+            self.commit().await?;
+        }
+        Ok(())
+    }
+
+    /// Records that object `index` was just written; call under the object's lock.
+    fn written(&self, index: u64) {
+        let now = self.flushes_started.load(Ordering::SeqCst);
+        self.unflushed.lock().unwrap().insert(index, now);
     }
 
     fn check_live(&self) -> Result<()> {
@@ -165,8 +207,8 @@ impl Volume {
             offset: s.within,
             len: Some(s.len),
         };
-        match self.store.manager().get(&key, range).await {
-            Ok((mut bytes, _)) => {
+        match self.get(&key, range).await {
+            Ok(mut bytes) => {
                 bytes.resize(s.len as usize, 0);
                 Ok(bytes)
             }
@@ -177,6 +219,22 @@ impl Volume {
         }
     }
 
+    /// `range` of an object. Until the store is settled after an unclean start
+    /// ([`Store::settled`]) the object is read resolved, the way scrub will leave it, so a block
+    /// never shows one version and then another.
+    async fn get(&self, key: &[u8], range: ReadRange) -> Result<Vec<u8>, RedundancyError> {
+        let manager = self.store.manager();
+        if self.store.settled() {
+            return manager.get(key, range).await.map(|(b, _)| b);
+        }
+        let (object, len) = manager.get_resolved(key).await?;
+        let (start, end) = range.resolve(len).map_err(|_| RedundancyError::Offset {
+            offset: range.offset,
+            len,
+        })?;
+        Ok(object[start as usize..end as usize].to_vec())
+    }
+
     /// Writes `bytes` (or zeros, for `None`) over one object's span.
     async fn write_span(&self, meta: &VolumeMeta, s: Span, bytes: Option<&[u8]>) -> Result<()> {
         let manager = self.store.manager();
@@ -185,21 +243,22 @@ impl Volume {
         let _lock = self.object_locks[(s.index % OBJECT_LOCK_STRIPES as u64) as usize]
             .lock()
             .await;
+        self.settle_overwrite(s.index).await?;
         if s.len == object_len {
-            match bytes {
+            let done = match bytes {
                 Some(b) => {
                     manager
                         .put(&key, b, StoreMode::Upsert, self.mechanism)
-                        .await?
+                        .await
                 }
-                None => {
-                    manager.delete(&key).await?;
-                }
-            }
-            return Ok(());
+                None => manager.delete(&key).await.map(|_| ()),
+            };
+            // A write that failed may have landed in part: it counts as one in flight.
+            self.written(s.index);
+            return Ok(done?);
         }
-        let mut object = match manager.get(&key, ReadRange::ALL).await {
-            Ok((b, _)) => b,
+        let mut object = match self.get(&key, ReadRange::ALL).await {
+            Ok(b) => b,
             // Zeroing part of an object never written changes nothing.
             Err(RedundancyError::NotFound { .. }) if bytes.is_none() => return Ok(()),
             Err(RedundancyError::NotFound { .. }) => Vec::new(),
@@ -211,10 +270,11 @@ impl Volume {
             Some(b) => target.copy_from_slice(b),
             None => target.fill(0),
         }
-        manager
+        let done = manager
             .put(&key, &object, StoreMode::Upsert, self.mechanism)
-            .await?;
-        Ok(())
+            .await;
+        self.written(s.index);
+        Ok(done?)
     }
 }
 

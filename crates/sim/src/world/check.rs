@@ -53,6 +53,7 @@ impl World<'_> {
             for (k, spec) in ranged2 {
                 ranges.push(ops::read(&store, KEYS[k], Some(spec)).await);
             }
+            let volumes = crate::volume::read_all(store.clone()).await;
             let status = store.status().await;
             let bucket = store.head_bucket(BUCKET).map_err(|e| e.to_string());
             Seen {
@@ -61,6 +62,7 @@ impl World<'_> {
                 full,
                 part,
                 ranges,
+                volumes,
                 status,
                 bucket,
             }
@@ -224,6 +226,22 @@ impl World<'_> {
                 problems.push((Kind::Data, e));
             }
         }
+        let after_crash = std::mem::take(&mut self.volumes_crashed);
+        for (vol, read) in seen.volumes.iter().enumerate() {
+            match read {
+                Ok(bytes) if beyond => self.volumes.reset(vol, bytes),
+                Ok(bytes) => {
+                    for p in self.volumes.check(vol, bytes, after_crash) {
+                        problems.push((Kind::Data, p));
+                    }
+                }
+                Err(_) if beyond => {}
+                Err(e) => problems.push((
+                    Kind::Data,
+                    format!("volume {} unreadable: {e}", crate::volume::VOLUMES[vol].0),
+                )),
+            }
+        }
         for (kind, p) in problems {
             self.violation(kind, p);
         }
@@ -237,6 +255,7 @@ struct Seen {
     full: Result<Vec<String>, String>,
     part: Result<Vec<String>, String>,
     ranges: Vec<Read>,
+    volumes: Vec<Result<Vec<u8>, String>>,
     status: railstore_store::StoreStatus,
     bucket: Result<railstore_store::BucketInfo, String>,
 }
