@@ -21,7 +21,7 @@
 
 use crate::error::{Result, VolumeError};
 use crate::meta::{data_key, VolumeMeta};
-use futures_util::future::try_join_all;
+use futures_util::future::{join_all, try_join_all};
 use railstore_device::{ReadRange, StoreMode};
 use railstore_redundancy::{Mechanism, RedundancyError};
 use railstore_store::Store;
@@ -118,10 +118,12 @@ impl Volume {
             let _op = self.enter().await?;
             let meta = self.meta();
             let spans = spans(&meta, "write", offset, data.len() as u64)?;
-            try_join_all(spans.iter().map(|s| {
+            // Every part runs to its end, even when one fails: a store cut off half-way could
+            // leave an overwrite in flight that `written` never recorded.
+            all_of(join_all(spans.iter().map(|s| {
                 let bytes = &data[s.at..s.at + s.len as usize];
                 self.write_span(&meta, *s, Some(bytes))
-            }))
+            })))
             .await?;
         }
         if fua {
@@ -137,7 +139,10 @@ impl Volume {
             let _op = self.enter().await?;
             let meta = self.meta();
             let spans = spans(&meta, "zero", offset, len)?;
-            try_join_all(spans.iter().map(|s| self.write_span(&meta, *s, None))).await?;
+            all_of(join_all(
+                spans.iter().map(|s| self.write_span(&meta, *s, None)),
+            ))
+            .await?;
         }
         if fua {
             self.flush().await?;
@@ -276,6 +281,11 @@ impl Volume {
         self.written(s.index);
         Ok(done?)
     }
+}
+
+/// Waits for every part; the first error, if any.
+async fn all_of(parts: impl std::future::Future<Output = Vec<Result<()>>>) -> Result<()> {
+    parts.await.into_iter().collect()
 }
 
 /// Cuts `len` bytes at `offset` into per-object spans; refuses a range beyond the volume.
