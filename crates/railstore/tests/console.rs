@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{cli, http_get, load, serve_in};
+use common::{cli, http_get, load, on_path, serve_in};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -30,12 +30,6 @@ fn chromium() -> Option<PathBuf> {
         panic!("RAILSTORE_REQUIRE_BROWSER is set and no chromium was found");
     }
     None
-}
-
-fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
 }
 
 const WIDTH: u32 = 1180;

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{cli, serve_in, Served};
+use common::{cli, on_path, outcome, serve_in, Served};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -23,12 +23,6 @@ fn fio() -> Option<PathBuf> {
         panic!("RAILSTORE_REQUIRE_FIO is set and no fio was found");
     }
     path
-}
-
-fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
 }
 
 /// The NBD address the server logged.
@@ -76,14 +70,7 @@ fn run_fio(fio: &Path, nbd: &str, volume: &str, args: &[&str]) -> (bool, String)
         .args(args)
         .output()
         .unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    outcome(out)
 }
 
 #[test]

@@ -35,13 +35,9 @@ pub enum VolumeError {
 
 /// NBD error numbers (the protocol's, which are Linux's).
 pub mod errno {
-    pub const EPERM: u32 = 1;
     pub const EIO: u32 = 5;
-    pub const ENOMEM: u32 = 12;
     pub const EINVAL: u32 = 22;
     pub const ENOSPC: u32 = 28;
-    pub const EOVERFLOW: u32 = 75;
-    pub const ENOTSUP: u32 = 95;
     pub const ESHUTDOWN: u32 = 108;
 }
 

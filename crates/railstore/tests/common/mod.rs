@@ -173,13 +173,15 @@ pub fn http_get(endpoint: &str, path: &str, extra: &str) -> (String, String) {
     )
 }
 
-/// `railstore` with these arguments: (success, stdout and stderr).
-pub fn cli(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
-        .args(args)
-        .env_remove("RAILSTORE_ADMIN_TOKEN")
-        .output()
-        .unwrap();
+/// The first file named `name` on `PATH`.
+pub fn on_path(name: &str) -> Option<std::path::PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// A finished command's success and its stdout then stderr.
+pub fn outcome(out: std::process::Output) -> (bool, String) {
     (
         out.status.success(),
         format!(
@@ -188,4 +190,14 @@ pub fn cli(args: &[&str]) -> (bool, String) {
             String::from_utf8_lossy(&out.stderr)
         ),
     )
+}
+
+/// `railstore` with these arguments: (success, stdout and stderr).
+pub fn cli(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
+        .args(args)
+        .env_remove("RAILSTORE_ADMIN_TOKEN")
+        .output()
+        .unwrap();
+    outcome(out)
 }
