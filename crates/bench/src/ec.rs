@@ -726,15 +726,9 @@ fn table_line(r: &Row) -> String {
     )
 }
 
+/// The machine, with the SIMD extensions the engines use.
 pub(crate) fn machine_description() -> String {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find(|l| l.starts_with("model name"))
-        .and_then(|l| l.split(':').nth(1))
-        .map(str::trim)
-        .unwrap_or("unknown CPU");
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let flags: Vec<&str> = ["avx512f", "avx512bw", "gfni", "avx2", "ssse3"]
         .into_iter()
         .filter(|f| {
@@ -744,7 +738,11 @@ pub(crate) fn machine_description() -> String {
                 .is_some_and(|l| l.split_whitespace().any(|x| x == *f))
         })
         .collect();
-    format!("{model}, {cpus} CPUs, {}", flags.join(" "))
+    format!(
+        "{}, {}",
+        crate::harness::machine_description(),
+        flags.join(" ")
+    )
 }
 
 #[cfg(test)]

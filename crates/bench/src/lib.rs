@@ -7,9 +7,12 @@ pub mod ec_klauspost;
 #[cfg(feature = "cuda")]
 pub mod ec_offload;
 mod ec_report;
+pub mod harness;
 pub mod kv;
 pub mod meter;
 pub mod mixed;
 pub mod plot;
 pub mod progress;
 pub mod s3load;
+pub mod trace;
+pub mod volume_bench;

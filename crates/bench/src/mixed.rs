@@ -15,6 +15,7 @@
 //! for the decode's CPU time, measured on this machine with the manager's codec before the run.
 
 use crate::progress::bar;
+pub use crate::trace::TraceFormat;
 use anyhow::{bail, ensure, Context, Result};
 use async_trait::async_trait;
 use futures_util::future::join_all;
@@ -34,7 +35,6 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use std::fmt::Write as _;
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -2103,17 +2103,6 @@ pub fn measure_mixed(args: &MixedBenchArgs) -> Result<MixedReport> {
 // ---------------------------------------------------------------------------------------------
 // Trace replay
 
-/// Formats of the traces in `/work/shared/traces`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum TraceFormat {
-    /// MQSim / DiskSim ASCII: `arrival_ns device lba(512 B) size(sectors) type(1 read)`.
-    Mqsim,
-    /// FlashNet/Heimdall: `timestamp_ms device offset_bytes size_bytes op(1 read)`.
-    Heimdall,
-    /// libCacheSim CSV: `version,time,op,size,lbn` (op 28 read, 2a write; time in seconds).
-    Cloudphysics,
-}
-
 #[derive(Debug, Clone, Copy)]
 struct TraceOp {
     /// Arrival, simulated ns from the trace's start (already divided by the speed).
@@ -2147,95 +2136,14 @@ impl Trace {
         qd: usize,
     ) -> Result<Trace> {
         ensure!(speed > 0.0, "--trace-speed must be positive");
-        let reader: Box<dyn BufRead> = if path.extension().is_some_and(|e| e == "gz") {
-            let out = std::process::Command::new("gzip")
-                .arg("-dc")
-                .arg(path)
-                .output()
-                .with_context(|| format!("running gzip -dc {}", path.display()))?;
-            ensure!(
-                out.status.success(),
-                "gzip -dc {} failed: {}",
-                path.display(),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            Box::new(std::io::Cursor::new(out.stdout))
-        } else {
-            Box::new(std::io::BufReader::new(
-                std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?,
-            ))
-        };
-        let mut format = format;
-        // (time in ns, device, byte offset, bytes, write)
-        let mut raw: Vec<(f64, u64, u64, u64, bool)> = Vec::new();
-        for (no, line) in reader.lines().enumerate() {
-            let line = line.with_context(|| format!("reading {}", path.display()))?;
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            if format.is_none() {
-                format = Some(if line.starts_with("version,") || line.contains(',') {
-                    TraceFormat::Cloudphysics
-                } else if line
-                    .split_whitespace()
-                    .next()
-                    .is_some_and(|t| t.contains('.'))
-                {
-                    TraceFormat::Heimdall
-                } else {
-                    TraceFormat::Mqsim
-                });
-            }
-            if line.starts_with("version,") {
-                continue;
-            }
-            let bad =
-                || anyhow::anyhow!("{} line {}: cannot parse {line:?}", path.display(), no + 1);
-            let f: Vec<&str> = match format {
-                Some(TraceFormat::Cloudphysics) => line.split(',').map(str::trim).collect(),
-                _ => line.split_whitespace().collect(),
-            };
-            if f.len() < 5 {
-                return Err(bad());
-            }
-            let num = |s: &str| s.parse::<f64>().map_err(|_| bad());
-            let int = |s: &str| s.parse::<u64>().map_err(|_| bad());
-            raw.push(match format.expect("set above") {
-                TraceFormat::Mqsim => (
-                    num(f[0])?,
-                    int(f[1])?,
-                    int(f[2])? * 512,
-                    int(f[3])? * 512,
-                    int(f[4])? == 0,
-                ),
-                TraceFormat::Heimdall => (
-                    num(f[0])? * 1e6,
-                    int(f[1])?,
-                    int(f[2])?,
-                    int(f[3])?,
-                    int(f[4])? == 0,
-                ),
-                TraceFormat::Cloudphysics => {
-                    let op = u64::from_str_radix(f[2], 16).map_err(|_| bad())?;
-                    let write = match op {
-                        0x28 | 0x08 | 0x88 | 0xa8 => false,
-                        0x2a | 0x0a | 0x8a | 0xaa => true,
-                        _ => continue,
-                    };
-                    (num(f[1])? * 1e9, 0, int(f[4])? * 512, int(f[3])?, write)
-                }
-            });
-        }
-        ensure!(!raw.is_empty(), "{} holds no requests", path.display());
-        raw.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let t0 = raw[0].0;
+        let raw = crate::trace::read_requests(path, format)?;
+        let t0 = raw[0].at_ns;
         let bb = block_bytes as u64;
         let mut ids: std::collections::HashMap<(u64, u64), u64> = Default::default();
         let mut ops = Vec::with_capacity(raw.len());
         let mut block_ids = Vec::with_capacity(raw.len());
-        for (t, dev, off, len, write) in raw {
-            let len = len.max(1);
+        for r in raw {
+            let (t, dev, off, len, write) = (r.at_ns, r.device, r.offset, r.len.max(1), r.write);
             let first = off / bb;
             let last = (off + len - 1) / bb;
             // Dense ids by first touch. Each block keeps its own: a request that spans a block

@@ -1621,17 +1621,7 @@ fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// The CPU model and count, for reports.
-pub fn machine_description() -> String {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find(|l| l.starts_with("model name"))
-        .and_then(|l| l.split(':').nth(1))
-        .map(str::trim)
-        .unwrap_or("unknown CPU");
-    format!("{model}, {} CPUs", cpus())
-}
+pub use crate::harness::machine_description;
 
 fn describe(plan: &Plan, setup: &Setup, baseline: bool) -> String {
     let amount = match (plan.ops, plan.duration_s) {

@@ -6,6 +6,7 @@ mod repair_bench_cmd;
 mod s3_bench_cmd;
 mod server_cmd;
 mod sim_cmd;
+mod volume_bench_cmd;
 mod volume_cmd;
 
 use clap::{Parser, Subcommand};
@@ -89,6 +90,13 @@ enum BenchCommand {
     /// A device failed and rebuilt while the server serves an S3 load: client latency during
     /// the rebuild against without, and the throttled rebuild's rate against the unthrottled.
     Repair(Box<repair_bench_cmd::RepairBenchArgs>),
+    /// The Ceph SSD study on block volumes: fio (nbd engine) or the own generator, sequential
+    /// and random reads and writes per request size for rep3, RS(6,3) and RS(10,4); MB/s,
+    /// IOPS, latency, CPU user/system per GB, context switches per MB, device amplification.
+    CephStudy(Box<volume_bench_cmd::CephStudyBenchArgs>),
+    /// A block trace (MSR, TPC-C, web search, CloudPhysics) replayed onto a volume at its
+    /// offsets through NBD, with read/write separation on and off: the read tail.
+    VolumeTrace(Box<volume_bench_cmd::VolumeTraceBenchArgs>),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -129,6 +137,8 @@ fn main() -> anyhow::Result<()> {
             BenchCommand::Mixed(args) => railstore_bench::mixed::run(&args),
             BenchCommand::S3(args) => s3_bench_cmd::run(&args),
             BenchCommand::Repair(args) => repair_bench_cmd::run(&args),
+            BenchCommand::CephStudy(args) => volume_bench_cmd::ceph_study(&args),
+            BenchCommand::VolumeTrace(args) => volume_bench_cmd::volume_trace(&args),
         },
     }
 }

@@ -321,6 +321,10 @@ pub struct ServeArgs {
     /// 127.0.0.1:10809, loopback only).
     #[arg(long, value_name = "HOST:PORT")]
     pub nbd_listen: Option<SocketAddr>,
+    /// Record every NBD read and write to this file as a block trace (FlashNet/Heimdall
+    /// format; `railstore bench volume-trace --trace FILE` replays it).
+    #[arg(long, value_name = "FILE")]
+    pub nbd_trace: Option<PathBuf>,
 }
 
 /// A future that resolves on Ctrl-C or SIGTERM. The handlers are in place when this returns
@@ -555,6 +559,12 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
             &nbd_socket,
         )
         .await?;
+        let nbd = match &args.nbd_trace {
+            Some(p) => nbd
+                .record(p)
+                .with_context(|| format!("--nbd-trace {}", p.display()))?,
+            None => nbd,
+        };
         let nbd_at = nbd
             .tcp_addr()
             .map_or("off".to_string(), |a| format!("nbd://{a}"));

@@ -158,17 +158,7 @@ pub(super) fn backend_name(b: Backend) -> &'static str {
     }
 }
 
-pub(super) fn machine_description() -> String {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find(|l| l.starts_with("model name"))
-        .and_then(|l| l.split(':').nth(1))
-        .map(str::trim)
-        .unwrap_or("unknown CPU");
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    format!("{model}, {cpus} CPUs")
-}
+pub(super) use crate::harness::machine_description;
 
 pub(super) fn kv_summary(args: &KvBenchArgs, plan: &KvPlan, rows: &[KvRow]) -> String {
     let mut s = String::new();

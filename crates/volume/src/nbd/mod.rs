@@ -2,12 +2,16 @@
 //! newstyle negotiation ([`handshake`]), then simple replies to read, write, flush, trim and
 //! write-zeroes requests ([`transmission`]), over TCP or a Unix socket ([`server`]). The export
 //! name is the volume's name. What is not offered: TLS (so the binary listens on loopback only),
-//! structured replies, block status, and the old-style handshake.
+//! structured replies, block status, and the old-style handshake. [`client`] is the other side,
+//! for the project's own load generator (`railstore bench ceph-study` without fio).
 
+pub mod client;
 pub mod handshake;
+pub mod record;
 pub mod server;
 pub mod transmission;
 
+pub use record::Recorder;
 pub use server::NbdServer;
 
 /// "NBDMAGIC": the server's first eight bytes.

@@ -2,6 +2,7 @@
 //! Each connection negotiates, then transmits until the client leaves or the server stops.
 
 use super::handshake::{negotiate, Negotiated};
+use super::record::Recorder;
 use super::transmission::transmit;
 use crate::registry::Volumes;
 use std::io;
@@ -22,6 +23,7 @@ pub struct NbdServer {
     volumes: Arc<Volumes>,
     tcp: Option<TcpListener>,
     unix: Option<(UnixListener, PathBuf)>,
+    recorder: Option<Arc<Recorder>>,
 }
 
 impl std::fmt::Debug for NbdServer {
@@ -55,7 +57,19 @@ impl NbdServer {
             }
             None => None,
         };
-        Ok(NbdServer { volumes, tcp, unix })
+        Ok(NbdServer {
+            volumes,
+            tcp,
+            unix,
+            recorder: None,
+        })
+    }
+
+    /// Records every read and write it receives to a trace file at `path` (see
+    /// [`Recorder`]).
+    pub fn record(mut self, path: &Path) -> io::Result<NbdServer> {
+        self.recorder = Some(Arc::new(Recorder::create(path)?));
+        Ok(self)
     }
 
     /// The TCP address it listens on.
@@ -79,13 +93,13 @@ impl NbdServer {
                 Some(accepted) = accept_tcp(self.tcp.as_ref()) => match accepted {
                     Ok((s, peer)) => {
                         let _ = s.set_nodelay(true);
-                        conns.spawn(connection(s, peer.to_string(), self.volumes.clone(), watcher.clone()));
+                        conns.spawn(connection(s, peer.to_string(), self.volumes.clone(), watcher.clone(), self.recorder.clone()));
                     }
                     Err(e) => tracing::warn!(error = %e, "accepting an NBD connection"),
                 },
                 Some(accepted) = accept_unix(self.unix.as_ref()) => match accepted {
                     Ok(s) => {
-                        conns.spawn(connection(s, "unix".into(), self.volumes.clone(), watcher.clone()));
+                        conns.spawn(connection(s, "unix".into(), self.volumes.clone(), watcher.clone(), self.recorder.clone()));
                     }
                     Err(e) => tracing::warn!(error = %e, "accepting an NBD connection"),
                 },
@@ -93,6 +107,9 @@ impl NbdServer {
             }
         }
         while conns.join_next().await.is_some() {}
+        if let Some(r) = &self.recorder {
+            r.flush();
+        }
         if let Some((_, p)) = &self.unix {
             let _ = std::fs::remove_file(p);
         }
@@ -122,6 +139,7 @@ async fn connection<S>(
     peer: String,
     volumes: Arc<Volumes>,
     stop: watch::Receiver<bool>,
+    recorder: Option<Arc<Recorder>>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -140,7 +158,7 @@ async fn connection<S>(
     };
     let name = volume.meta().name;
     tracing::info!(peer = %peer, volume = %name, "NBD client connected");
-    match transmit(stream, volume, stop).await {
+    match transmit(stream, volume, stop, recorder).await {
         Ok(()) => tracing::info!(peer = %peer, volume = %name, "NBD client disconnected"),
         Err(e) => tracing::warn!(peer = %peer, volume = %name, error = %e, "NBD connection ended"),
     }

@@ -34,6 +34,7 @@ pub async fn transmit<S>(
     stream: S,
     volume: Arc<Volume>,
     mut stop: tokio::sync::watch::Receiver<bool>,
+    recorder: Option<Arc<Recorder>>,
 ) -> io::Result<()>
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
@@ -56,6 +57,9 @@ where
         while tasks.try_join_next().is_some() {}
         if req.kind == CMD_DISC {
             break Ok(());
+        }
+        if let Some(r) = &recorder {
+            r.request(&volume.meta().name, req.kind, req.offset, req.len);
         }
         let carries = matches!(req.kind, CMD_READ | CMD_WRITE);
         if carries && req.len > PAYLOAD_BYTES_MAX {
