@@ -22,6 +22,8 @@ pub struct Measured {
     pub seconds: f64,
     /// Latency p50, p99, p99.9 in microseconds (completion latency).
     pub lat_us: [f64; 3],
+    /// Mean completion latency in microseconds.
+    pub lat_mean_us: f64,
     pub errors: u64,
     /// CPU the generator used inside this process (nothing for fio, another process).
     pub client: Usage,
@@ -93,6 +95,7 @@ fn parse_fio(stdout: &str, pattern: Pattern) -> Result<Measured> {
             num(&pct["99.000000"]) / 1e3,
             num(&pct["99.900000"]) / 1e3,
         ],
+        lat_mean_us: num(&side["clat_ns"]["mean"]) / 1e3,
         errors: num(&job["error"]) as u64,
         client: Usage::default(),
     })
@@ -331,6 +334,7 @@ async fn load(
         bytes: sent * request,
         seconds,
         lat_us: [q(0.5), q(0.99), q(0.999)],
+        lat_mean_us: hist.mean() / 1e3,
         errors: lat.errors,
         client: Usage::default(),
     })
@@ -344,12 +348,13 @@ mod tests {
     fn fio_json_with_a_line_before_it() {
         let text = r#"nbd: connected
 {"jobs": [{"error": 0, "read": {"io_bytes": 8192, "total_ios": 2, "runtime": 1000,
- "clat_ns": {"percentile": {"50.000000": 1000, "99.000000": 5000, "99.900000": 9000}}},
+ "clat_ns": {"mean": 2500.0, "percentile": {"50.000000": 1000, "99.000000": 5000, "99.900000": 9000}}},
  "write": {"io_bytes": 0, "total_ios": 0, "runtime": 0, "clat_ns": {}}}]}"#;
         let m = parse_fio(text, Pattern::Randread).unwrap();
         assert_eq!((m.ops, m.bytes), (2, 8192));
         assert_eq!(m.seconds, 1.0);
         assert_eq!(m.lat_us, [1.0, 5.0, 9.0]);
+        assert_eq!(m.lat_mean_us, 2.5);
         let w = parse_fio(text, Pattern::Write).unwrap();
         assert_eq!((w.ops, w.bytes), (0, 0));
         assert!(parse_fio("no json", Pattern::Read).is_err());

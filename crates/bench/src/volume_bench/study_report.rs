@@ -83,14 +83,14 @@ impl Report {
     fn csv(&self) -> String {
         let mut s = String::from(
             "mechanism,pattern,request_bytes,generator,seconds,ops,bytes,errors,iops,mb_per_s,\
-             lat_p50_us,lat_p99_us,lat_p999_us,cpu_user_s_per_gb,cpu_system_s_per_gb,\
+             lat_mean_us,lat_p50_us,lat_p99_us,lat_p999_us,cpu_user_s_per_gb,cpu_system_s_per_gb,\
              context_switches_per_mb,device_read_per_byte,device_write_per_byte,\
              disk_read_per_byte,disk_write_per_byte\n",
         );
         for r in &self.rows {
             let _ = writeln!(
                 s,
-                "{},{},{},{},{:.3},{},{},{},{:.1},{:.2},{:.1},{:.1},{:.1},{:.4},{:.4},{:.2},{:.3},{:.3},{},{}",
+                "{},{},{},{},{:.3},{},{},{},{:.1},{:.2},{:.1},{:.1},{:.1},{:.1},{:.4},{:.4},{:.2},{:.3},{:.3},{},{}",
                 r.mechanism,
                 r.pattern.name(),
                 r.request_bytes,
@@ -101,6 +101,7 @@ impl Report {
                 r.errors,
                 r.iops,
                 r.mb_per_s,
+                r.lat_mean_us,
                 r.lat_p50_us,
                 r.lat_p99_us,
                 r.lat_p999_us,
