@@ -214,6 +214,8 @@ impl Pipeline {
                     lat.errors += (error != 0) as u64;
                     slots.add_permits(1);
                 }
+                // The connection ended: nobody waits for a slot that will never come back.
+                slots.close();
                 lat
             })
         };
@@ -240,7 +242,7 @@ impl Pipeline {
         self.slots
             .acquire()
             .await
-            .expect("the semaphore stays open")
+            .map_err(|_| anyhow::anyhow!("the NBD connection ended"))?
             .forget();
         let handle = (self.sent << 32) | len as u64;
         let write = data.is_some();
@@ -260,14 +262,13 @@ impl Pipeline {
         self.sent
     }
 
-    /// Waits for every request in flight, disconnects and returns the latencies.
+    /// Waits for every request in flight, disconnects and returns the latencies; an error
+    /// when the connection ended with requests unanswered.
     pub async fn finish(self) -> Result<Latencies> {
-        let all = self
-            .slots
-            .acquire_many(self.depth as u32)
-            .await
-            .expect("the semaphore stays open");
-        drop(all);
+        // Every slot back, or the connection ended (counted below).
+        if let Ok(all) = self.slots.acquire_many(self.depth as u32).await {
+            drop(all);
+        }
         let _ = self.sender.disconnect().await;
         let lat = self.receiver.await?;
         let answered = lat.reads.len() + lat.writes.len();
@@ -343,6 +344,55 @@ async fn load(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server that negotiates, takes one request and hangs up: the pipeline must say so, not
+    /// wait for slots that never come back.
+    #[tokio::test]
+    async fn a_connection_that_ends_is_an_error_not_a_hang() {
+        use railstore_volume::nbd::*;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            s.write_u64(NBD_MAGIC).await.unwrap();
+            s.write_u64(IHAVEOPT).await.unwrap();
+            s.write_u16(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES)
+                .await
+                .unwrap();
+            s.read_u32().await.unwrap();
+            let (_, _, len) = (
+                s.read_u64().await.unwrap(),
+                s.read_u32().await.unwrap(),
+                s.read_u32().await.unwrap(),
+            );
+            let mut data = vec![0u8; len as usize];
+            s.read_exact(&mut data).await.unwrap();
+            let mut info = INFO_EXPORT.to_be_bytes().to_vec();
+            info.extend_from_slice(&(1u64 << 20).to_be_bytes());
+            info.extend_from_slice(&TRANSMISSION_FLAGS.to_be_bytes());
+            for (kind, body) in [(REP_INFO, info), (REP_ACK, Vec::new())] {
+                s.write_u64(OPTION_REPLY_MAGIC).await.unwrap();
+                s.write_u32(OPT_GO).await.unwrap();
+                s.write_u32(kind).await.unwrap();
+                s.write_u32(body.len() as u32).await.unwrap();
+                s.write_all(&body).await.unwrap();
+            }
+            let mut request = [0u8; 28];
+            s.read_exact(&mut request).await.unwrap();
+        });
+        let outcome = tokio::time::timeout(Duration::from_secs(10), async {
+            let mut pipe = Pipeline::connect(addr, "v", 4).await?;
+            for i in 0..100u64 {
+                pipe.submit(i * 4096, 4096, None, Instant::now()).await?;
+            }
+            pipe.finish().await.map(|_| ())
+        })
+        .await
+        .expect("the pipeline hung on a closed connection");
+        let err = outcome.expect_err("a dropped connection went unnoticed");
+        assert!(err.to_string().contains("connection ended"), "{err:#}");
+    }
 
     #[test]
     fn fio_json_with_a_line_before_it() {
