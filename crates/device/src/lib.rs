@@ -31,6 +31,7 @@ pub mod file;
 pub mod format;
 pub mod mem;
 pub mod metered;
+pub mod purpose;
 pub mod retry;
 pub mod sim;
 pub mod slot;

@@ -11,6 +11,14 @@
 //! 64-bit hash, and shard i of the key lives on the group's device of colour
 //! (i + rotation(key)) mod width, which spreads data and parity roles over every colour.
 //!
+//! An object with fewer pieces than the width (r copies, a packed member and its m pointers, a
+//! narrow split) spreads them evenly over the ring: piece i of p takes shard
+//! floor(i * width / p) ([`PieceOrder::Spread`]). The read window is a run of consecutive
+//! colours, so pieces on consecutive colours (the order of layouts made before, kept for them
+//! as [`PieceOrder::Consecutive`]) left some window positions with no copy on a reader: with
+//! rep3 in a group of six and a window of three, one key in six read a writer. Spread, any
+//! window of at least ceil(width / p) colours holds a piece ([`min_pieces_in_window`]).
+//!
 //! The same (N, width, rounds, seed) always give the same groups; `Layout::encode` and
 //! `Layout::decode` persist them, with a digest that catches a change in the derivation.
 //!
@@ -25,8 +33,53 @@
 
 use std::path::Path;
 
-/// Version of the persisted layout text (1: one epoch; 2: with `grow` lines).
-pub const LAYOUT_FORMAT_VERSION: u32 = 2;
+/// Version of the persisted layout text (1: one epoch; 2: with `grow` lines; 3: with a
+/// `pieces` line).
+pub const LAYOUT_FORMAT_VERSION: u32 = 3;
+
+/// How the pieces of an object with fewer pieces than the width sit on the ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PieceOrder {
+    /// Piece i on shard i: layouts written as format 1 or 2 (before spreading existed).
+    Consecutive,
+    /// Piece i of p on shard floor(i * width / p): every layout made now.
+    Spread,
+}
+
+impl PieceOrder {
+    /// The shard (position on the ring from the key's rotation) of piece `piece` of `pieces`.
+    pub fn shard(self, piece: usize, pieces: usize, width: usize) -> usize {
+        match self {
+            PieceOrder::Spread if pieces < width => piece * width / pieces,
+            _ => piece,
+        }
+    }
+}
+
+/// The fewest of an object's `pieces` pieces that any window of `window` consecutive colours
+/// covers, on a ring of `width` colours with pieces in `order`. Under separation a
+/// mechanism can be read without a writer at every window position when this is at least the
+/// pieces it needs (1 copy, k shards).
+pub fn min_pieces_in_window(
+    order: PieceOrder,
+    width: usize,
+    pieces: usize,
+    window: usize,
+) -> usize {
+    let pieces = pieces.min(width);
+    let mut on = vec![false; width];
+    for i in 0..pieces {
+        on[order.shard(i, pieces, width)] = true;
+    }
+    (0..width)
+        .map(|start| {
+            (0..window.min(width))
+                .filter(|j| on[(start + j) % width])
+                .count()
+        })
+        .min()
+        .unwrap_or(0)
+}
 
 /// Most groups a layout may have.
 pub const GROUPS_MAX: usize = 1 << 20;
@@ -79,6 +132,8 @@ pub struct Layout {
     groups: Vec<Vec<u32>>,
     /// Devices added by each epoch after the first, in order.
     grows: Vec<usize>,
+    /// Where pieces of objects narrower than the width go.
+    order: PieceOrder,
 }
 
 /// Where one key lives: its group and the rotation of shards over colours.
@@ -87,11 +142,18 @@ pub struct Placement<'a> {
     layout: &'a Layout,
     group: usize,
     rotation: usize,
+    /// The object's pieces (`width` until [`Placement::of_pieces`] says otherwise).
+    pieces: usize,
 }
 
 impl Layout {
-    /// Derives the layout of `spec`.
+    /// Derives the layout of `spec`, pieces spread.
     pub fn new(spec: LayoutSpec) -> Result<Layout, PlacementError> {
+        Layout::with_order(spec, PieceOrder::Spread)
+    }
+
+    /// Derives the layout of `spec` with pieces in `order`.
+    pub fn with_order(spec: LayoutSpec, order: PieceOrder) -> Result<Layout, PlacementError> {
         let LayoutSpec { devices, width, .. } = spec;
         if width == 0 || devices < width {
             return Err(PlacementError::TooFewDevices { devices, width });
@@ -116,6 +178,7 @@ impl Layout {
             spec: LayoutSpec { rounds, ..spec },
             groups: matchings(&mut rng, 0, class, width, rounds),
             grows: Vec::new(),
+            order,
         })
     }
 
@@ -156,6 +219,7 @@ impl Layout {
             },
             groups: out,
             grows,
+            order: self.order,
         })
     }
 
@@ -172,6 +236,7 @@ impl Layout {
             },
             groups: self.groups[..groups].to_vec(),
             grows: earlier.to_vec(),
+            order: self.order,
         })
     }
 
@@ -182,6 +247,11 @@ impl Layout {
 
     pub fn spec(&self) -> LayoutSpec {
         self.spec
+    }
+
+    /// Where pieces of objects narrower than the width go.
+    pub fn piece_order(&self) -> PieceOrder {
+        self.order
     }
 
     /// N.
@@ -229,16 +299,23 @@ impl Layout {
             layout: self,
             group: jump_hash(h, self.groups.len()),
             rotation: (mix(h ^ 0x0DDB_A11C_0FFE_E000) % self.spec.width as u64) as usize,
+            pieces: self.spec.width,
         }
     }
 
     /// The persisted form: a few `name value` lines (the first epoch's devices and version,
-    /// then a `grow ADDED` line per later epoch) and a digest of the derived groups. A layout
-    /// of one epoch is written as format 1, which every railstore reads.
+    /// then a `grow ADDED` line per later epoch) and a digest of the derived groups. Spread
+    /// pieces are format 3 with a `pieces spread` line; a layout with consecutive pieces is
+    /// written exactly as before (format 1, or 2 when grown), so old folders stay readable by
+    /// the railstore that made them.
     pub fn encode(&self) -> String {
         let s = self.spec;
         let added: usize = self.grows.iter().sum();
-        let format = if self.grows.is_empty() { 1 } else { 2 };
+        let format = match (self.order, self.grows.is_empty()) {
+            (PieceOrder::Spread, _) => 3,
+            (PieceOrder::Consecutive, true) => 1,
+            (PieceOrder::Consecutive, false) => 2,
+        };
         let mut out = format!(
             "railstore-layout {format}\nversion {}\ndevices {}\nwidth {}\nrounds {}\nseed {}\n",
             s.version - self.grows.len() as u64,
@@ -249,6 +326,9 @@ impl Layout {
         );
         for g in &self.grows {
             out.push_str(&format!("grow {g}\n"));
+        }
+        if self.order == PieceOrder::Spread {
+            out.push_str("pieces spread\n");
         }
         out.push_str(&format!("digest {:#018x}\n", self.digest()));
         out
@@ -261,10 +341,15 @@ impl Layout {
             line: line + 1,
             what,
         };
-        match lines.next() {
+        let format = match lines.next() {
             Some((_, l))
                 if (1..=LAYOUT_FORMAT_VERSION)
-                    .any(|v| l.trim() == format!("railstore-layout {v}")) => {}
+                    .any(|v| l.trim() == format!("railstore-layout {v}")) =>
+            {
+                l.trim()["railstore-layout ".len()..]
+                    .parse::<u32>()
+                    .unwrap_or(0)
+            }
             Some((i, l)) => {
                 return Err(bad(
                     i,
@@ -275,8 +360,9 @@ impl Layout {
                 ))
             }
             None => return Err(bad(0, "the file is empty".into())),
-        }
+        };
         let mut grows: Vec<usize> = Vec::new();
+        let mut order = None;
         let mut fields: [Option<u64>; 6] = [None; 6];
         const NAMES: [&str; 6] = ["version", "devices", "width", "rounds", "seed", "digest"];
         for (i, line) in lines {
@@ -293,6 +379,22 @@ impl Layout {
                     .parse()
                     .map_err(|e| bad(i, format!("grow: {value:?} is not a number ({e})")))?;
                 grows.push(added);
+                continue;
+            }
+            if name == "pieces" && format >= 3 {
+                let parsed = match value.trim() {
+                    "spread" => PieceOrder::Spread,
+                    "consecutive" => PieceOrder::Consecutive,
+                    v => {
+                        return Err(bad(
+                            i,
+                            format!("pieces: expected spread or consecutive, found {v:?}"),
+                        ))
+                    }
+                };
+                if order.replace(parsed).is_some() {
+                    return Err(bad(i, "pieces appears twice".into()));
+                }
                 continue;
             }
             let slot = NAMES
@@ -316,13 +418,26 @@ impl Layout {
             })
         };
         let size = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
-        let mut layout = Layout::new(LayoutSpec {
-            version: get(0)?,
-            devices: size(get(1)?),
-            width: size(get(2)?),
-            rounds: size(get(3)?),
-            seed: get(4)?,
-        })?;
+        // Formats 1 and 2 predate spreading: their pieces are consecutive.
+        let order = match (format, order) {
+            (3, None) => {
+                return Err(PlacementError::Parse {
+                    line: 0,
+                    what: "missing field pieces".into(),
+                })
+            }
+            (_, order) => order.unwrap_or(PieceOrder::Consecutive),
+        };
+        let mut layout = Layout::with_order(
+            LayoutSpec {
+                version: get(0)?,
+                devices: size(get(1)?),
+                width: size(get(2)?),
+                rounds: size(get(3)?),
+                seed: get(4)?,
+            },
+            order,
+        )?;
         for added in grows {
             layout = layout.grown(added)?;
         }
@@ -397,20 +512,36 @@ impl Placement<'_> {
         self.rotation
     }
 
-    /// The colour that holds shard `shard` (shard < width).
-    pub fn colour(&self, shard: usize) -> usize {
-        debug_assert!(shard < self.layout.width());
-        (shard + self.rotation) % self.layout.width()
+    /// This placement for an object of `pieces` pieces (copies, shards, or a packed member and
+    /// its pointers): from now on `colour`, `device` and `devices` take piece numbers, which
+    /// the layout's [`PieceOrder`] spreads over the ring.
+    pub fn of_pieces(self, pieces: usize) -> Self {
+        debug_assert!((1..=self.layout.width()).contains(&pieces));
+        Placement { pieces, ..self }
     }
 
-    /// The device that holds shard `shard` (shard < width).
-    pub fn device(&self, shard: usize) -> usize {
-        self.layout.groups[self.group][self.colour(shard)] as usize
+    /// The shard (offset on the ring from the key's rotation) of piece `piece`: what indexes
+    /// a placement of all `width` pieces.
+    pub fn slot(&self, piece: usize) -> usize {
+        debug_assert!(piece < self.pieces);
+        self.layout
+            .order
+            .shard(piece, self.pieces, self.layout.width())
     }
 
-    /// Devices of shards 0, 1, .. width-1.
+    /// The colour that holds piece `piece` (< the pieces, `width` unless set by `of_pieces`).
+    pub fn colour(&self, piece: usize) -> usize {
+        (self.slot(piece) + self.rotation) % self.layout.width()
+    }
+
+    /// The device that holds piece `piece`.
+    pub fn device(&self, piece: usize) -> usize {
+        self.layout.groups[self.group][self.colour(piece)] as usize
+    }
+
+    /// Devices of pieces 0, 1, ..
     pub fn devices(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..self.layout.width()).map(|i| self.device(i))
+        (0..self.pieces).map(|i| self.device(i))
     }
 }
 

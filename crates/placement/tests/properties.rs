@@ -2,7 +2,7 @@
 //! spread (chi-square), the same answers after a reload, clear errors on bad input.
 
 use proptest::prelude::*;
-use railstore_placement::{Layout, LayoutSpec, PlacementError};
+use railstore_placement::{min_pieces_in_window, Layout, LayoutSpec, PieceOrder, PlacementError};
 
 fn spec(devices: usize, width: usize, rounds: usize, seed: u64) -> LayoutSpec {
     LayoutSpec {
@@ -131,6 +131,14 @@ fn bad_layouts_and_files_are_refused() {
         Layout::decode(&good.replace("rounds 2\n", "")),
         Err(PlacementError::Parse { .. })
     ));
+    assert!(matches!(
+        Layout::decode(&good.replace("pieces spread\n", "")),
+        Err(PlacementError::Parse { .. })
+    ));
+    assert!(matches!(
+        Layout::decode(&good.replace("pieces spread", "pieces scattered")),
+        Err(PlacementError::Parse { .. })
+    ));
     let err = Layout::load(std::path::Path::new("/nonexistent/layout")).unwrap_err();
     assert!(err.to_string().contains("/nonexistent/layout"));
 }
@@ -180,9 +188,19 @@ fn growing_6_to_12_moves_half_the_keys_onto_the_new_devices_and_no_other() {
     assert!((0.48..=0.52).contains(&share), "{share} of the keys moved");
     assert!(share <= 0.55, "the issue's bound");
     let text = twelve.encode();
-    assert!(text.starts_with("railstore-layout 2\n") && text.contains("\ngrow 6\n"));
+    assert!(text.starts_with("railstore-layout 3\n") && text.contains("\ngrow 6\n"));
+    assert!(text.contains("\npieces spread\n"));
     assert_eq!(Layout::decode(&text).unwrap(), twelve);
-    assert!(six.encode().starts_with("railstore-layout 1\n"));
+    assert!(six.encode().starts_with("railstore-layout 3\n"));
+    // Consecutive pieces (folders made before spreading) are written as they were.
+    let old = Layout::with_order(spec(6, 6, 3, 7), PieceOrder::Consecutive).unwrap();
+    assert!(old.encode().starts_with("railstore-layout 1\n"));
+    let old_grown = old.grown(6).unwrap().encode();
+    assert!(old_grown.starts_with("railstore-layout 2\n") && !old_grown.contains("pieces"));
+    assert_eq!(
+        Layout::decode(&old_grown).unwrap().piece_order(),
+        PieceOrder::Consecutive
+    );
     assert!(matches!(
         Layout::decode(&text.replace("grow 6", "grow 12")),
         Err(PlacementError::DigestMismatch { .. })
@@ -245,6 +263,90 @@ fn layouts_written_before_epochs_read_and_write_the_same() {
     ] {
         let layout = Layout::decode(text).unwrap();
         assert_eq!(layout.epochs(), 1);
+        assert_eq!(layout.piece_order(), PieceOrder::Consecutive);
         assert_eq!(layout.encode(), text);
+    }
+}
+
+/// Pieces counted in every window position of a real placement: the colours of the key's
+/// pieces (through `of_pieces`, what the manager uses) against a window of consecutive
+/// colours starting anywhere on the ring.
+fn fewest_in_window(l: &Layout, key: &[u8], pieces: usize, window: usize) -> usize {
+    let width = l.width();
+    let place = l.place(key).of_pieces(pieces);
+    let colours: Vec<usize> = (0..pieces).map(|i| place.colour(i)).collect();
+    let devices: Vec<usize> = place.devices().collect();
+    assert_eq!(devices.len(), pieces);
+    let mut distinct = devices.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(
+        distinct.len(),
+        pieces,
+        "two pieces on one device: {devices:?}"
+    );
+    for (&c, &d) in colours.iter().zip(&devices) {
+        assert_eq!(l.colour_of(d), c);
+    }
+    (0..width)
+        .map(|start| {
+            colours
+                .iter()
+                .filter(|&&c| (c + width - start) % width < window)
+                .count()
+        })
+        .min()
+        .unwrap()
+}
+
+proptest! {
+    /// Spread pieces: every window of w consecutive colours holds at least floor(w * p / n) of
+    /// an object's p pieces, so r copies leave one on a reader at every window position once
+    /// the window is ceil(n / r) wide, and k + m shards leave k once it is k wide (when
+    /// k + m = n). Checked on real placements (groups, rotations, N > n) and against
+    /// `min_pieces_in_window`, which the store's configuration check uses.
+    #[test]
+    fn spread_pieces_fill_every_window_position(
+        class in 1usize..4, width in 2usize..17, rounds in 1usize..3, seed in any::<u64>(),
+        key in any::<u64>(),
+    ) {
+        let l = Layout::new(spec(class * width, width, rounds, seed)).unwrap();
+        for pieces in 1..=width {
+            for window in 1..width {
+                let seen = fewest_in_window(&l, &key.to_le_bytes(), pieces, window);
+                prop_assert_eq!(seen, min_pieces_in_window(PieceOrder::Spread, width, pieces, window));
+                prop_assert!(seen >= window * pieces / width,
+                    "width {} pieces {} window {}: {} in the fewest window", width, pieces, window, seen);
+                if window >= width.div_ceil(pieces) {
+                    prop_assert!(seen >= 1);
+                }
+            }
+        }
+    }
+}
+
+/// The case the spreading fixes, which the consecutive order gets wrong: rep3 in a group of
+/// six read through a window of three colours has one window position (one key in six) with
+/// no copy on a reader; spread, every position has one. Also the hybrid policy's widest
+/// mechanisms at their own windows: split3+3 (window 3), split10+4 with rep3 (window 10).
+#[test]
+fn consecutive_copies_miss_a_window_position_and_spread_ones_do_not() {
+    assert_eq!(min_pieces_in_window(PieceOrder::Consecutive, 6, 3, 3), 0);
+    assert_eq!(min_pieces_in_window(PieceOrder::Spread, 6, 3, 3), 1);
+    assert_eq!(min_pieces_in_window(PieceOrder::Spread, 6, 3, 2), 1);
+    assert_eq!(min_pieces_in_window(PieceOrder::Spread, 6, 6, 3), 3);
+    assert_eq!(min_pieces_in_window(PieceOrder::Spread, 14, 3, 10), 2);
+    assert_eq!(min_pieces_in_window(PieceOrder::Spread, 14, 14, 10), 10);
+    let old = Layout::with_order(spec(12, 6, 2, 3), PieceOrder::Consecutive).unwrap();
+    let new = Layout::new(spec(12, 6, 2, 3)).unwrap();
+    let key = b"bucket/small-object";
+    assert_eq!(fewest_in_window(&old, key, 3, 3), 0);
+    assert_eq!(fewest_in_window(&new, key, 3, 3), 1);
+    // Piece 0 stays on shard 0 (the primary), so the mechanism is found where it was.
+    for pieces in 1..=6 {
+        assert_eq!(
+            new.place(key).of_pieces(pieces).device(0),
+            old.place(key).device(0)
+        );
     }
 }

@@ -179,6 +179,15 @@ pub struct DeviceCounters {
     pub compactions: AtomicU64,
     /// Value bytes read through this device (buffer hits included).
     pub read_bytes: AtomicU64,
+    /// Reads serving a read request that reached the device itself (not its buffer) while,
+    /// under separation, it was not a reader: a writer, guarding, or a replacement being
+    /// rebuilt. What separation exists to keep at zero; a read that must (a degraded group, a
+    /// careful read of every piece) shows here.
+    pub off_window_reads: AtomicU64,
+    /// The same for reads made by writes and deletes (what they replace) and by background
+    /// work (start-up load, deferred deletes, scrub, rebuild): see
+    /// [`railstore_device::purpose`].
+    pub off_window_other_reads: AtomicU64,
     /// Value bytes written to this device (buffered or direct).
     pub written_bytes: AtomicU64,
     /// Journal records written for this device's writes (on other devices, or on itself while
@@ -549,6 +558,11 @@ impl Rails {
     /// The configuration.
     pub fn config(&self) -> &RailsConfig {
         &self.cfg
+    }
+
+    /// The devices it separates.
+    pub fn device_count(&self) -> usize {
+        self.devices.len()
     }
 
     /// Counters of device `d`.

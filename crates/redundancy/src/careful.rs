@@ -5,7 +5,9 @@
 
 use crate::error::{RedundancyError, Result};
 use crate::format::{segment_key, PieceHeader, PieceKind};
-use crate::manager::{mechanism_of, Garbage, Inner, Piece, Resolved, SegmentHead, SegmentScan};
+use crate::manager::{
+    mechanism_of, slot_of, Garbage, Inner, Piece, Resolved, SegmentHead, SegmentScan,
+};
 use crate::mechanism::Mechanism;
 use futures_util::future::join_all;
 use railstore_placement::Placement;
@@ -13,7 +15,9 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 impl Inner {
-    /// Reads every piece of a segment from every readable device of the key's group.
+    /// Reads every piece of a segment from every readable device of the key's group. The scan
+    /// is indexed by slot (`place` covers the whole width); a piece's own slot follows from its
+    /// index and mechanism (`slot_of`).
     pub(crate) async fn scan_segment(
         &self,
         key: &[u8],
@@ -57,7 +61,7 @@ impl Inner {
                     Ok((h, payload))
                         if h.segment == segment
                             && mechanism_of(&h).is_some()
-                            && (h.index as usize == pos
+                            && (slot_of(&self.layout, &h) == Some(pos)
                                 || matches!(h.kind, PieceKind::Member | PieceKind::Pointer)) =>
                     {
                         self.observe_version(h.version);
@@ -90,7 +94,8 @@ impl Inner {
             .filter(|(_, ps)| {
                 ps.iter().any(|(pos, p)| match p.header.kind {
                     PieceKind::Hashed => *pos == 0,
-                    PieceKind::Copy => (*pos) < p.header.k as usize,
+                    // The scan kept copies only at their own slots.
+                    PieceKind::Copy => true,
                     PieceKind::Member => *pos == 0,
                     PieceKind::Pointer => true,
                     PieceKind::Shard => {
@@ -164,10 +169,10 @@ impl Inner {
                 let n = (k + m) as usize;
                 let mut shards: Vec<Option<Vec<u8>>> = vec![None; n];
                 let mut found = 0;
-                for (pos, q) in &at_version {
+                for (_, q) in &at_version {
                     let qh = &q.header;
                     if qh.kind == PieceKind::Shard
-                        && *pos < n
+                        && (qh.index as usize) < n
                         && (
                             qh.k,
                             qh.m,
@@ -177,7 +182,7 @@ impl Inner {
                             qh.segment_count,
                         ) == (k, m, h.code, h.payload_len, h.object_len, h.segment_count)
                     {
-                        shards[*pos] = Some(q.payload.clone());
+                        shards[qh.index as usize] = Some(q.payload.clone());
                         found += 1;
                     }
                 }
@@ -317,13 +322,18 @@ impl Inner {
         let damaged = |pos: usize| {
             scan.unreadable[pos] || scan.corrupt[pos] || self.io.is_rebuilding(scan.devices[pos])
         };
+        let width = scan.devices.len();
+        let order = self.layout.piece_order();
         scan.pieces.iter().flatten().all(|p| {
             mechanism_of(&p.header).is_some_and(|mech| {
-                let positions = match mech {
-                    Mechanism::Pack { .. } => scan.devices.len(),
-                    _ => mech.pieces().min(scan.devices.len()),
+                let pieces = match mech {
+                    Mechanism::Pack { .. } => width,
+                    _ => mech.pieces().min(width),
                 };
-                (0..positions).filter(|&pos| damaged(pos)).count() <= mech.tolerance()
+                (0..pieces)
+                    .filter(|&i| damaged(order.shard(i, pieces, width)))
+                    .count()
+                    <= mech.tolerance()
             })
         })
     }
@@ -434,21 +444,25 @@ impl Inner {
             return 0;
         };
         let skey = segment_key(key, segment, r.version);
+        // Fixes by slot: `pieces` are numbered by piece, the scan by slot.
+        let own = place.of_pieces(r.mechanism.pieces());
         let mut fixes: Vec<(usize, Option<&Vec<u8>>)> = Vec::new();
-        for (pos, bytes) in &pieces {
-            let good = !scan.staged[*pos]
-                && scan.pieces[*pos].as_ref().is_some_and(|p| {
+        for (piece, bytes) in &pieces {
+            let pos = own.slot(*piece);
+            let good = !scan.staged[pos]
+                && scan.pieces[pos].as_ref().is_some_and(|p| {
                     p.header.version == r.version
                         && PieceHeader::decode(bytes).is_ok_and(|(h, payload)| {
                             h == p.header && payload == p.payload.as_slice()
                         })
                 });
-            if !good && !scan.unreadable[*pos] {
-                fixes.push((*pos, Some(bytes)));
+            if !good && !scan.unreadable[pos] {
+                fixes.push((pos, Some(bytes)));
             }
         }
         let mut later = Vec::new();
-        for pos in r.mechanism.pieces()..scan.pieces.len() {
+        let own_slots: Vec<usize> = (0..r.mechanism.pieces()).map(|i| own.slot(i)).collect();
+        for pos in (0..scan.pieces.len()).filter(|p| !own_slots.contains(p)) {
             if scan.unreadable[pos] {
                 continue;
             }

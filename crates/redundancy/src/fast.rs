@@ -42,6 +42,8 @@ impl Inner {
                 mech
             }
         };
+        // The mechanism's pieces, spread over the ring by the layout.
+        let place = place.of_pieces(mech.pieces());
         match mech {
             Mechanism::Pack { m, .. } if !self.io.prefers(place.device(0)) => {
                 // The member's device should not serve reads now (a writer under separation):
@@ -202,7 +204,13 @@ impl Inner {
             return None;
         }
         let mechanism = mechanism_of(h)?;
-        if h.kind == PieceKind::Pointer || !self.segment_len_ok(h, payload.len(), mechanism) {
+        // Only copies, hashed pieces and packed members hold a whole segment (a shard of a
+        // tiny object can have the segment's length).
+        let whole = matches!(
+            h.kind,
+            PieceKind::Copy | PieceKind::Hashed | PieceKind::Member
+        );
+        if !whole || !self.segment_len_ok(h, payload.len(), mechanism) {
             return None;
         }
         self.observe_version(h.version);

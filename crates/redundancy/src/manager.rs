@@ -8,6 +8,7 @@ use crate::io::DeviceSet;
 use crate::mechanism::{ManagerConfig, Mechanism};
 use crate::pack::Packer;
 use futures_util::future::join_all;
+use railstore_device::purpose::{background, writing};
 use railstore_device::{Device, ReadRange, StoreMode};
 use railstore_ec::{Code, CodeId, Codec};
 use railstore_placement::{Layout, Placement};
@@ -239,6 +240,17 @@ impl Manager {
         mode: StoreMode,
         custom: Option<Mechanism>,
     ) -> Result<()> {
+        // What it reads (the version it replaces) is part of a write.
+        writing(self.put_marked(key, value, mode, custom)).await
+    }
+
+    async fn put_marked(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        mode: StoreMode,
+        custom: Option<Mechanism>,
+    ) -> Result<()> {
         let inner = &self.inner;
         inner.check_key(key)?;
         if value.len() as u64 > inner.config.object_bytes_max {
@@ -277,10 +289,34 @@ impl Manager {
 
     /// Reads `range` of the object under `key`; returns the bytes and the object's length.
     pub async fn get(&self, key: &[u8], range: ReadRange) -> Result<(Vec<u8>, u64)> {
+        self.get_guessing(key, range, None).await
+    }
+
+    /// [`Manager::get`] for a key written once and never overwritten, whose mechanism the caller
+    /// can guess (what the policy picks for its length). When the cache does not know the key,
+    /// the read starts from the guess instead of from the primary's header, so under separation
+    /// it need not ask a writer. A wrong guess is safe (the pieces' headers disagree and the read
+    /// falls back to the careful path); a key that is overwritten is not: pieces an older
+    /// mechanism left outside the newer one's positions could answer.
+    pub async fn get_written_once(
+        &self,
+        key: &[u8],
+        range: ReadRange,
+        guess: Mechanism,
+    ) -> Result<(Vec<u8>, u64)> {
+        self.get_guessing(key, range, Some(guess)).await
+    }
+
+    async fn get_guessing(
+        &self,
+        key: &[u8],
+        range: ReadRange,
+        guess: Option<Mechanism>,
+    ) -> Result<(Vec<u8>, u64)> {
         let inner = &self.inner;
         inner.check_key(key)?;
         let place = inner.layout.place(key);
-        let hint = inner.cached(key).map(|m| m.mechanism);
+        let hint = inner.cached(key).map(|m| m.mechanism).or(guess);
         let overlapping = inner.overlapping(key);
         // Only what the devices hold goes into the metadata cache: a write in progress may
         // still fail.
@@ -389,6 +425,10 @@ impl Manager {
 
     /// Deletes the object under `key`; returns whether it existed.
     pub async fn delete(&self, key: &[u8]) -> Result<bool> {
+        writing(self.delete_marked(key)).await
+    }
+
+    async fn delete_marked(&self, key: &[u8]) -> Result<bool> {
         let inner = &self.inner;
         inner.check_key(key)?;
         let _guard = inner.lock(key).await;
@@ -417,9 +457,10 @@ impl Manager {
             .collect();
         // Later segments go once the deletion of segment 0 is durable.
         let mut later = Vec::new();
+        let pieces = place.of_pieces(prev.mechanism.pieces());
         for s in 1..prev.segments {
-            for pos in 0..prev.mechanism.pieces() {
-                later.push((place.device(pos), segment_key(key, s, prev.version)));
+            for d in pieces.devices() {
+                later.push((d, segment_key(key, s, prev.version)));
             }
         }
         inner.defer_deletes(later).await?;
@@ -520,6 +561,21 @@ pub(crate) fn mechanism_of(h: &PieceHeader) -> Option<Mechanism> {
         },
         PieceKind::Parity | PieceKind::SetDescriptor => return None,
     })
+}
+
+/// The slot (ring offset from the key's rotation, what indexes a scan of the group) where a
+/// copy, shard or hashed piece belongs, by its index and the layout's piece order; `None` for
+/// an index past its mechanism's pieces and for packed pieces (whose index is their set slot).
+pub(crate) fn slot_of(layout: &Layout, h: &PieceHeader) -> Option<usize> {
+    let mech = mechanism_of(h)?;
+    let (index, pieces, width) = (h.index as usize, mech.pieces(), layout.width());
+    match h.kind {
+        PieceKind::Member | PieceKind::Pointer => None,
+        _ if index < pieces && pieces <= width => {
+            Some(layout.piece_order().shard(index, pieces, width))
+        }
+        _ => None,
+    }
 }
 
 impl Inner {
@@ -697,6 +753,12 @@ impl Inner {
             self.garbage.lock().unwrap().extend(garbage);
             return Err(e);
         }
+        // No client waits on these reads (the version checks).
+        background(self.delete_garbage(garbage)).await;
+        Ok(())
+    }
+
+    async fn delete_garbage(&self, garbage: Vec<Garbage>) {
         for g in garbage {
             match &g.only_version {
                 None => {
@@ -705,7 +767,12 @@ impl Inner {
                 Some((key, version)) => {
                     // A segment-0 key is reused by later writes: delete only the old piece.
                     let _guard = self.lock(key).await;
-                    if let Ok(Some(bytes)) = self.io.retrieve(g.device, &g.device_key).await {
+                    // The header says which version it is.
+                    let head = self
+                        .io
+                        .retrieve_prefix(g.device, &g.device_key, PIECE_HEADER_BYTES as u64)
+                        .await;
+                    if let Ok(Some(bytes)) = head {
                         let stale = PieceHeader::decode_unchecked(&bytes)
                             .map(|h| h.version == *version)
                             .unwrap_or(true);
@@ -716,17 +783,11 @@ impl Inner {
                 }
             }
         }
-        Ok(())
     }
 
-    /// Makes what was stored at the first `positions` placement positions durable.
-    pub(crate) async fn sync_positions(
-        &self,
-        place: &Placement<'_>,
-        positions: usize,
-    ) -> Result<()> {
-        self.sync_devices((0..positions).map(|pos| place.device(pos)))
-            .await
+    /// Makes what was stored on the devices of an object of `pieces` pieces durable.
+    pub(crate) async fn sync_positions(&self, place: &Placement<'_>, pieces: usize) -> Result<()> {
+        self.sync_devices(place.of_pieces(pieces).devices()).await
     }
 
     /// Makes what this task stored on `devices` durable, with one sync per device shared by

@@ -3,7 +3,7 @@
 
 use crate::error::{RedundancyError, Result};
 use railstore_ec::{Code, CodeId, Codec, EcError, Engine, Offload};
-use railstore_placement::{Layout, LayoutSpec};
+use railstore_placement::{Layout, LayoutSpec, PieceOrder};
 use serde::Deserialize;
 use std::fmt;
 use std::time::Duration;
@@ -191,6 +191,10 @@ pub struct ManagerConfig {
     pub layout_rounds: usize,
     /// Seed of the placement layout.
     pub layout_seed: u64,
+    /// Where the pieces of objects narrower than the group go: spread over the ring (every
+    /// layout made now), or consecutive (a data folder whose layout was made before spreading;
+    /// the store keeps what the folder's layout file says). Not a TOML setting.
+    pub piece_order: PieceOrder,
     /// A fast read that waits this long for a device reads one more preferred device (another
     /// copy, or a parity shard to decode with) and takes the first answers; `None` waits.
     /// Under read/write separation the window then needs more readers than k (Rails §4.3).
@@ -281,6 +285,7 @@ impl Default for ManagerConfig {
             layout_width: None,
             layout_rounds: 4,
             layout_seed: 0x5241_494c,
+            piece_order: PieceOrder::Spread,
             slow_read_bypass: None,
             faults: crate::io::FaultPolicy::default(),
             ec: EcEngines::default(),
@@ -339,13 +344,16 @@ impl ManagerConfig {
         } else {
             self.layout_rounds.max(1)
         };
-        Layout::new(LayoutSpec {
-            devices,
-            width,
-            rounds,
-            seed: self.layout_seed,
-            version: 1,
-        })
+        Layout::with_order(
+            LayoutSpec {
+                devices,
+                width,
+                rounds,
+                seed: self.layout_seed,
+                version: 1,
+            },
+            self.piece_order,
+        )
         .map_err(|e| RedundancyError::Config(e.to_string()))
     }
 
@@ -450,6 +458,7 @@ impl ManagerConfig {
             layout_width: f.layout_width,
             layout_rounds: f.layout_rounds.unwrap_or(d.layout_rounds),
             layout_seed: f.layout_seed.unwrap_or(d.layout_seed),
+            piece_order: d.piece_order,
             faults: crate::io::FaultPolicy {
                 op_timeout: match f.device_op_timeout_ms {
                     Some(0) => {

@@ -98,7 +98,9 @@ impl Packer {
                 key: key.to_vec(),
                 colour: place.colour(0),
                 device,
-                pointer_devices: (1..=m as usize).map(|i| place.device(i)).collect(),
+                pointer_devices: (1..=m as usize)
+                    .map(|i| place.of_pieces(mech.pieces()).device(i))
+                    .collect(),
                 head,
                 data: data.to_vec(),
                 set_first,

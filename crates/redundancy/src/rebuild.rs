@@ -5,6 +5,7 @@ use crate::error::{RedundancyError, Result};
 use crate::format::{parse_device_key, segment_key, DeviceKey, PieceHeader, PieceKind};
 use crate::manager::{Inner, Manager, Resolved, SegmentHead};
 use futures_util::stream::{self, StreamExt};
+use railstore_device::purpose::background;
 use railstore_device::{Device, IterRequest};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -101,14 +102,13 @@ impl Manager {
         // Peers out of service are not walked: within the tolerance, every object with a
         // piece on the device has enough pieces on the peers that are in service.
         peers.retain(|&p| !inner.io.is_failed(p));
-        let report = inner
-            .repair(
-                peers.into_iter().collect(),
-                Some(device),
-                options,
-                &progress,
-            )
-            .await?;
+        let report = background(inner.repair(
+            peers.into_iter().collect(),
+            Some(device),
+            options,
+            &progress,
+        ))
+        .await?;
         inner.io.finish_rebuild(device);
         Ok(report)
     }
@@ -125,7 +125,7 @@ impl Manager {
         let all = (0..inner.io.len())
             .filter(|&d| !inner.io.is_failed(d))
             .collect();
-        inner.repair(all, None, options, &progress).await
+        background(inner.repair(all, None, options, &progress)).await
     }
 }
 
@@ -354,8 +354,9 @@ impl Inner {
         if first.set.is_some() {
             return None;
         }
+        let own = place.of_pieces(first.mechanism.pieces());
         let positions: Vec<usize> = (0..first.mechanism.pieces())
-            .filter(|&p| place.device(p) == target)
+            .filter(|&p| own.device(p) == target)
             .collect();
         for s in 0..first.segment_count {
             let r = if s == 0 {
@@ -378,7 +379,7 @@ impl Inner {
                 .ok()?;
             let skey = segment_key(key, s, r.version);
             for (pos, bytes) in pieces.iter().filter(|(p, _)| positions.contains(p)) {
-                self.io.store(place.device(*pos), &skey, bytes).await.ok()?;
+                self.io.store(own.device(*pos), &skey, bytes).await.ok()?;
                 self.io.counters.repairs.fetch_add(1, Ordering::Relaxed);
             }
         }

@@ -16,7 +16,7 @@
 
 use crate::error::Result;
 use crate::format::{parse_device_key, staged_key, DeviceKey, PieceHeader};
-use crate::manager::{Inner, Piece, SegmentHead, SegmentScan};
+use crate::manager::{slot_of, Inner, Piece, SegmentHead, SegmentScan};
 use crate::mechanism::Mechanism;
 use futures_util::future::join_all;
 use railstore_device::IterRequest;
@@ -38,7 +38,10 @@ impl Inner {
 
     /// Whether a device holding one of `mech`'s positions of this placement is out of service.
     pub(crate) fn degraded(&self, place: &Placement<'_>, mech: Mechanism) -> bool {
-        (0..mech.pieces()).any(|pos| self.io.is_failed(place.device(pos)))
+        place
+            .of_pieces(mech.pieces())
+            .devices()
+            .any(|d| self.io.is_failed(d))
     }
 
     /// Stores the new version's segment-0 pieces under their staged key, durably.
@@ -54,7 +57,7 @@ impl Inner {
         self.store_pieces_at(key, &skey, place, mech, pieces)
             .await?;
         // Concurrent overwrites share their syncs: one per device, not one per overwrite.
-        self.sync_shared((0..mech.pieces()).map(|pos| place.device(pos)))
+        self.sync_shared(place.of_pieces(mech.pieces()).devices())
             .await
     }
 
@@ -69,7 +72,7 @@ impl Inner {
         version: u64,
     ) -> Result<()> {
         let skey = staged_key(key, version);
-        let devices: Vec<usize> = (0..mech.pieces()).map(|pos| place.device(pos)).collect();
+        let devices: Vec<usize> = place.of_pieces(mech.pieces()).devices().collect();
         self.unstage_keys(devices.into_iter().map(|d| (d, skey.clone())).collect())
             .await
     }
@@ -126,7 +129,10 @@ impl Inner {
                             continue;
                         };
                         if let Ok((h, payload)) = PieceHeader::decode(&bytes) {
-                            if h.version == version && h.segment == 0 && h.index as usize == pos {
+                            if h.version == version
+                                && h.segment == 0
+                                && slot_of(&self.layout, &h) == Some(pos)
+                            {
                                 pieces.push((
                                     pos,
                                     Piece {

@@ -209,6 +209,7 @@ impl Inner {
         mech: Mechanism,
         pieces: &[(usize, Vec<u8>)],
     ) -> Result<()> {
+        let place = place.of_pieces(mech.pieces());
         let res = join_all(pieces.iter().map(|(pos, v)| {
             let d = place.device(*pos);
             async move { self.io.store(d, skey, v).await }
@@ -244,17 +245,21 @@ impl Inner {
         mech: Mechanism,
     ) -> Result<()> {
         let mut later = Vec::new();
-        for pos in mech.pieces()..prev.mechanism.pieces() {
+        let (old, new) = (
+            place.of_pieces(prev.mechanism.pieces()),
+            place.of_pieces(mech.pieces()),
+        );
+        for d in old.devices().filter(|d| !new.devices().any(|n| n == *d)) {
             later.push(Garbage {
-                device: place.device(pos),
+                device: d,
                 device_key: segment_key(key, 0, prev.version),
                 only_version: Some((key.to_vec(), prev.version)),
             });
         }
         for s in 1..prev.segments {
-            for pos in 0..prev.mechanism.pieces() {
+            for d in old.devices() {
                 later.push(Garbage {
-                    device: place.device(pos),
+                    device: d,
                     device_key: segment_key(key, s, prev.version),
                     only_version: None,
                 });

@@ -377,7 +377,7 @@ async fn corrupt_pieces(
     for k in model.keys() {
         let meta = m.meta(k).await.unwrap().unwrap();
         let tol = meta.mechanism.tolerance();
-        let place = m.layout().place(k);
+        let place = m.layout().place(k).of_pieces(meta.mechanism.pieces());
         let mut positions: Vec<usize> = (0..meta.mechanism.pieces()).collect();
         for _ in 0..tol {
             let pos = positions.remove(rng.gen_range(0..positions.len()));
@@ -1046,8 +1046,8 @@ async fn a_slow_reader_is_bypassed_by_a_spare_reader() {
                         || 0,
                     );
                     m.devices().set_read_plan(Arc::new(plan));
-                    let place = m.layout().place(&key);
                     let held = Mechanism::parse(mech).unwrap().pieces();
+                    let place = m.layout().place(&key).of_pieces(held);
                     (0..held)
                         .filter(|&p| m.devices().prefers(place.device(p)))
                         .count()

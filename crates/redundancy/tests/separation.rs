@@ -1,8 +1,11 @@
 //! The reliability manager over read/write-separated devices, in virtual time: random puts,
 //! deletes and reads across many role switches return the last acknowledged value, and reads
-//! go only to reader-role devices (a packed member on a writer is rebuilt from its set).
+//! go only to reader-role devices (a packed member on a writer is rebuilt from its set) — for
+//! every mechanism alone and for the hybrid policy (copies, packing and splitting in one
+//! group), with one group (N = n) and with several (N > n).
 
 use railstore_device::{Device, MemConfig, MemDevice, MeteredDevice, OpKind, ReadRange, StoreMode};
+use railstore_placement::PieceOrder;
 use railstore_rails::{Rails, RailsConfig, Role, ScheduleConfig};
 use railstore_redundancy::{Manager, ManagerConfig, Mechanism, Policy, RedundancyError};
 use rand::{Rng, SeedableRng};
@@ -11,10 +14,64 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-async fn run(mech: &str, k: usize, seed: u64) {
+/// One array under separation: its policy, devices, window and piece order.
+struct Case {
+    name: &'static str,
+    policy: Policy,
+    devices: usize,
+    window: usize,
+    order: PieceOrder,
+    /// Value lengths: a class (lowest, past the highest) picked uniformly, then a length in it.
+    value_bytes: Vec<(usize, usize)>,
+}
+
+impl Case {
+    fn alone(mech: &'static str, window: usize) -> Case {
+        Case {
+            name: mech,
+            policy: Policy::Standalone(Mechanism::parse(mech).unwrap()),
+            devices: Mechanism::parse(mech).unwrap().width(),
+            window,
+            order: PieceOrder::Spread,
+            value_bytes: vec![(0, 30_000)],
+        }
+    }
+
+    /// The embedded default's policy: rep3 up to 4 KiB, pack3+3 up to 64 KiB, split3+3 above,
+    /// in groups of six read through a window of three.
+    fn hybrid(devices: usize, order: PieceOrder) -> Case {
+        let m = |s| Mechanism::parse(s).unwrap();
+        Case {
+            name: "hybrid",
+            policy: Policy::Hybrid {
+                rules: vec![(4096, m("rep3")), (65_536, m("pack3+3"))],
+                rest: m("split3+3"),
+            },
+            devices,
+            window: 3,
+            order,
+            // As many objects of each mechanism.
+            value_bytes: vec![(0, 4097), (4097, 65_537), (65_537, 200_000)],
+        }
+    }
+
+    fn config(&self) -> ManagerConfig {
+        ManagerConfig {
+            policy: self.policy.clone(),
+            pack_wait: Duration::from_millis(1),
+            piece_order: self.order,
+            ..ManagerConfig::default()
+        }
+    }
+}
+
+/// Runs random operations and checks every answer against the model; returns the reads that
+/// reached a writer- or guard-role device (counted only for reads during which no role
+/// changed).
+async fn run(case: &Case, seed: u64) -> u64 {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mechanism = Mechanism::parse(mech).unwrap();
-    let n = mechanism.width();
+    let mech = case.name;
+    let n = case.devices;
     let metered: Vec<Arc<MeteredDevice>> = (0..n)
         .map(|_| {
             Arc::new(MeteredDevice::new(Arc::new(
@@ -22,12 +79,12 @@ async fn run(mech: &str, k: usize, seed: u64) {
             )))
         })
         .collect();
-    // N = n: one group, device d has colour d.
-    let colour_of: Vec<usize> = (0..n).collect();
+    let layout = case.config().layout(n).unwrap();
+    let colour_of: Vec<usize> = (0..n).map(|d| layout.colour_of(d)).collect();
     let schedule = ScheduleConfig {
         frame: Duration::from_millis(200),
         guard: Duration::from_millis(20),
-        ..ScheduleConfig::new(n, k)
+        ..ScheduleConfig::new(layout.width(), case.window)
     };
     let (rails, devs) = Rails::new(
         RailsConfig::new(schedule),
@@ -38,24 +95,17 @@ async fn run(mech: &str, k: usize, seed: u64) {
         colour_of,
     )
     .unwrap();
-    let m = Manager::open(
-        devs,
-        ManagerConfig {
-            policy: Policy::Standalone(mechanism),
-            pack_wait: Duration::from_millis(1),
-            ..ManagerConfig::default()
-        },
-    )
-    .await
-    .unwrap();
+    let m = Manager::open(devs, case.config()).await.unwrap();
     m.devices().set_read_plan(rails.read_plan());
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     let mut reads_checked = 0;
+    let mut writer_reads = 0;
     for i in 0..600 {
         let key = format!("o{}", rng.gen_range(0..50)).into_bytes();
         match rng.gen_range(0..10) {
             0..=3 => {
-                let mut v = vec![0u8; rng.gen_range(0..30_000)];
+                let (lo, hi) = case.value_bytes[rng.gen_range(0..case.value_bytes.len())];
+                let mut v = vec![0u8; rng.gen_range(lo..hi)];
                 rng.fill(v.as_mut_slice());
                 m.put(&key, &v, StoreMode::Upsert, None).await.unwrap();
                 model.insert(key, v);
@@ -87,12 +137,12 @@ async fn run(mech: &str, k: usize, seed: u64) {
                     reads_checked += 1;
                     for d in 0..n {
                         let reads = metered[d].stats(OpKind::Retrieve).ops - before[d];
-                        if roles[d] != Role::Reader {
-                            assert_eq!(
-                                reads, 0,
-                                "{mech} seed {seed} op {i}: {:?} device {d} served {reads} reads",
+                        if roles[d] != Role::Reader && reads > 0 {
+                            eprintln!(
+                                "{mech} N={n} seed {seed} op {i}: {:?} device {d} served {reads} reads",
                                 roles[d]
                             );
+                            writer_reads += reads;
                         }
                     }
                 }
@@ -119,10 +169,7 @@ async fn run(mech: &str, k: usize, seed: u64) {
             .iter()
             .map(|m| m.clone() as Arc<dyn Device>)
             .collect(),
-        ManagerConfig {
-            policy: Policy::Standalone(mechanism),
-            ..ManagerConfig::default()
-        },
+        case.config(),
     )
     .await
     .unwrap();
@@ -130,15 +177,36 @@ async fn run(mech: &str, k: usize, seed: u64) {
         let (g, _) = plain.get(k, ReadRange::ALL).await.unwrap();
         assert!(g == *v, "{mech} seed {seed}: {k:?} wrong after drain");
     }
+    writer_reads
 }
 
 #[tokio::test(start_paused = true)]
 async fn separated_arrays_return_the_last_acknowledged_value() {
     for seed in 1..=3 {
-        run("rep2", 1, seed).await;
-        run("rep3", 2, seed).await;
-        run("split3+3", 3, seed).await;
-        run("split4+2", 4, seed).await;
-        run("pack4+2", 4, seed).await;
+        for case in [
+            Case::alone("rep2", 1),
+            Case::alone("rep3", 2),
+            Case::alone("split3+3", 3),
+            Case::alone("split4+2", 4),
+            Case::alone("pack4+2", 4),
+            Case::hybrid(6, PieceOrder::Spread),
+            Case::hybrid(12, PieceOrder::Spread),
+        ] {
+            let writer_reads = run(&case, seed).await;
+            assert_eq!(
+                writer_reads, 0,
+                "{} N={} seed {seed}: reads reached writers",
+                case.name, case.devices
+            );
+        }
     }
+}
+
+/// The checker bites: with copies on consecutive colours (the order of layouts made before
+/// spreading), the hybrid policy's rep3 objects have a window position with no copy on a
+/// reader, and the same run counts reads on writers.
+#[tokio::test(start_paused = true)]
+async fn consecutive_copies_send_reads_to_writers() {
+    let writer_reads = run(&Case::hybrid(6, PieceOrder::Consecutive), 1).await;
+    assert!(writer_reads > 0, "no read reached a writer");
 }

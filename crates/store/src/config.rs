@@ -473,6 +473,29 @@ impl StoreConfig {
                     s.window
                 )));
             }
+            // Every window position must hold enough pieces of every mechanism on readers
+            // (one copy, a packed member's home or pointer, k shards), or reads go to writers.
+            // Hashing keeps one piece: its reads go wherever that piece is.
+            let order = self.manager.piece_order;
+            for m in self.manager.policy.mechanisms() {
+                let need = match m {
+                    Mechanism::Hash => continue,
+                    Mechanism::Split { k, .. } => k as usize,
+                    Mechanism::Replicate { .. } | Mechanism::Pack { .. } => 1,
+                };
+                let pieces = m.pieces().min(width);
+                let enough = |w: usize| {
+                    railstore_placement::min_pieces_in_window(order, width, pieces, w) >= need
+                };
+                if !enough(s.window) {
+                    let least = (s.window..width).find(|&w| enough(w));
+                    return Err(StoreError::Config(format!(
+                        "separation window {} leaves window positions where readers hold fewer                          than {need} pieces of {m} in groups of {width}{}",
+                        s.window,
+                        least.map_or(String::new(), |w| format!(": a window of {w} is needed"))
+                    )));
+                }
+            }
             if s.frame < railstore_rails::ScheduleConfig::FRAME_MIN {
                 return Err(StoreError::Config(format!(
                     "frame_ms must be at least {}",
@@ -508,6 +531,12 @@ mod tests {
         assert!(e.to_string().contains("colour"), "{e}");
         let e = StoreConfig::from_toml("[redundancy]\nmode = \"sideways\"\n").unwrap_err();
         assert!(e.to_string().contains("[redundancy]"), "{e}");
+        // Two copies 4 colours apart in groups of 8: a window of 3 can miss both.
+        let narrow = "[devices]\ncount = 8\n[redundancy]\nmode = \"standalone\"\n\
+                      mechanism = \"rep2\"\nlayout_width = 8\n[separation]\nwindow = 3\n";
+        let e = StoreConfig::from_toml(narrow).unwrap_err();
+        assert!(e.to_string().contains("a window of 4 is needed"), "{e}");
+        StoreConfig::from_toml(&narrow.replace("window = 3", "window = 4")).unwrap();
     }
 
     #[test]

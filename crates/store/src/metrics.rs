@@ -372,7 +372,17 @@ impl Store {
                     .collect()
             };
             type Counter = fn(&railstore_rails::DeviceCounters) -> &AtomicU64;
-            let counters: [(&str, &str, Counter); 16] = [
+            let counters: [(&str, &str, Counter); 18] = [
+                (
+                    "rails_off_window_reads_total",
+                    "Reads serving read requests that reached the device while it was not a reader (writer, guard, rebuilding).",
+                    |c| &c.off_window_reads,
+                ),
+                (
+                    "rails_off_window_other_reads_total",
+                    "Reads by writes, deletes and background work that reached the device while it was not a reader.",
+                    |c| &c.off_window_other_reads,
+                ),
                 (
                     "rails_buffered_ops_total",
                     "Writes buffered for a reader.",

@@ -12,6 +12,7 @@ use crate::online::device_watch;
 use crate::scrubber::scrub_schedule;
 use crate::store::{reaper, Committer, Inner, State, Store, CLEAN_MARKER, RECORD_LOCK_STRIPES};
 use railstore_device::{Device, DeviceSlot, MemConfig, MemDevice, RetryingDevice};
+use railstore_placement::Layout;
 use railstore_rails::{RailsConfig, ScheduleConfig};
 use std::fs::File;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -47,7 +48,8 @@ impl Store {
         injected: Option<Vec<Arc<dyn Device>>>,
     ) -> Result<Store> {
         let store = Store::open_array(config, None, injected).await?;
-        store.load().await?;
+        // Before the store serves: no client waits on its reads.
+        railstore_device::purpose::background(store.load()).await?;
         let weak = Arc::downgrade(&store.inner);
         tokio::spawn(reaper(weak.clone()));
         tokio::spawn(device_watch(
@@ -65,7 +67,7 @@ impl Store {
     /// (its old contents moved aside, or, with `injected` devices, the caller's empty one) for
     /// a rebuild.
     pub(crate) async fn open_array(
-        config: StoreConfig,
+        mut config: StoreConfig,
         fresh: Option<usize>,
         injected: Option<Vec<Arc<dyn Device>>>,
     ) -> Result<Store> {
@@ -83,8 +85,8 @@ impl Store {
         } else {
             None
         };
-        let data_dir = &config.data_dir;
-        let layout = config.manager.layout(n)?;
+        let data_dir = &config.data_dir.clone();
+        let mut layout = config.manager.layout(n)?;
         let mut existed = false;
         if persistent {
             let layout_file = data_dir.join(LAYOUT_FILE);
@@ -92,6 +94,14 @@ impl Store {
                 existed = true;
                 let saved = std::fs::read_to_string(&layout_file)
                     .map_err(|e| StoreError::io(format!("reading {}", layout_file.display()), e))?;
+                // A folder made before pieces were spread keeps its consecutive pieces: that
+                // is where its objects are.
+                if let Ok(old) = Layout::decode(&saved) {
+                    if old.piece_order() != layout.piece_order() {
+                        config.manager.piece_order = old.piece_order();
+                        layout = config.manager.layout(n)?;
+                    }
+                }
                 if saved.trim() != layout.encode().trim() {
                     return Err(StoreError::Config(format!(
                         "the data folder {} was made with another layout (device count, group \

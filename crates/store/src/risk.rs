@@ -5,6 +5,7 @@
 
 use crate::record::{chunk_key, object_key};
 use crate::store::{Store, Stored};
+use railstore_redundancy::Mechanism;
 use serde::{Deserialize, Serialize};
 
 /// Objects named in a report (the counts are always complete).
@@ -47,9 +48,16 @@ impl Store {
                 .manager
                 .cached_meta(key)
                 .map_or_else(|| policy.choose(len), |m| m.mechanism);
-            let place = layout.place(key);
-            let lost = (0..mech.width())
-                .filter(|&p| out.contains(&place.device(p)))
+            // A packed object's set spans the whole group.
+            let pieces = match mech {
+                Mechanism::Pack { .. } => layout.width(),
+                _ => mech.pieces(),
+            };
+            let lost = layout
+                .place(key)
+                .of_pieces(pieces)
+                .devices()
+                .filter(|d| out.contains(d))
                 .count();
             (lost > 0).then(|| mech.tolerance() as i64 - lost as i64)
         };

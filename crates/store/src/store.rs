@@ -805,7 +805,13 @@ impl Store {
             return Ok(GetObject {
                 info: entry.info.clone(),
                 range: (start, end),
-                body: chunk_stream(self.clone(), chunks, start, end),
+                body: chunk_stream(
+                    self.clone(),
+                    chunks,
+                    Mechanism::parse(&entry.info.mechanism).ok(),
+                    start,
+                    end,
+                ),
             });
         }
         Err(StoreError::NoSuchKey {
@@ -885,8 +891,15 @@ fn resolve(range: Option<RangeSpec>, size: u64) -> Result<(u64, u64)> {
     }
 }
 
-/// Streams bytes `start..end` of a chunked body, one piece at a time.
-fn chunk_stream(store: Store, chunks: Arc<Vec<ChunkRef>>, start: u64, end: u64) -> Body {
+/// Streams bytes `start..end` of a chunked body, one piece at a time. `mechanism`: the one the
+/// object's record names for its chunks.
+fn chunk_stream(
+    store: Store,
+    chunks: Arc<Vec<ChunkRef>>,
+    mechanism: Option<Mechanism>,
+    start: u64,
+    end: u64,
+) -> Body {
     let pieces = futures_util::stream::unfold(
         (store, chunks, start),
         move |(store, chunks, pos)| async move {
@@ -909,15 +922,19 @@ fn chunk_stream(store: Store, chunks: Arc<Vec<ChunkRef>>, start: u64, end: u64) 
             };
             let offset = pos - base;
             let len = (c.len - offset).min(end - pos).min(READ_PIECE_BYTES);
-            let res = store
-                .inner
-                .manager
-                .get(
+            // Chunks are written once: the record's mechanism (else the policy's for their
+            // length) is a safe guess when the manager's cache does not know them (after a
+            // restart), so the read need not start at a primary that is writing.
+            let manager = &store.inner.manager;
+            let guess = mechanism.unwrap_or_else(|| manager.config().policy.choose(c.len));
+            let res = manager
+                .get_written_once(
                     &chunk_key(&c.id),
                     ReadRange {
                         offset,
                         len: Some(len),
                     },
+                    guess,
                 )
                 .await;
             match res {
@@ -951,6 +968,7 @@ pub(crate) async fn reaper(store: std::sync::Weak<Inner>) {
         if inner.closing.load(Ordering::SeqCst) {
             return;
         }
-        Store { inner }.reap(false).await;
+        // Chunks nothing names any more: no client waits on these deletes' reads.
+        railstore_device::purpose::background(Store { inner }.reap(false)).await;
     }
 }

@@ -9,6 +9,7 @@ use railstore_store::{
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// Small sizes so that inline, single-chunk and many-chunk objects all occur quickly.
@@ -706,16 +707,18 @@ async fn multipart_uploads_complete_once_abort_and_check_their_parts() {
     store.shutdown().await.unwrap();
 }
 
-/// Random operations against a `BTreeMap`, on file devices, reopening the store now and then
-/// (cleanly, and by dropping it without a shutdown).
-async fn model_run(seed: u64, separation: bool) {
+/// Random operations against a `BTreeMap`, on `devices` file devices (groups of six: N > n from
+/// 12), reopening the store now and then (cleanly, and by dropping it without a shutdown).
+async fn model_run(seed: u64, separation: bool, devices: usize) {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(DeviceKind::File, dir.path(), separation);
+    let mut cfg = config(DeviceKind::File, dir.path(), separation);
+    cfg.devices.count = devices;
     let mut store = Store::open(cfg.clone()).await.unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     store.create_bucket("model").await.unwrap();
     let names = ["a", "a/b", "a/b/c", "a/bc", "b/1", "b/2", "c", "d/e/f"];
+    let mut off_window_reads = 0;
     for step in 0..300 {
         let key = names[rng.gen_range(0..names.len())].to_string();
         match rng.gen_range(0..10) {
@@ -790,6 +793,7 @@ async fn model_run(seed: u64, separation: bool) {
             }
             _ => {
                 // Separation's flushers outlive a dropped store: only shut it down.
+                off_window_reads += reads_off_window(&store);
                 if separation || rng.gen_bool(0.5) {
                     store.shutdown().await.unwrap();
                     drop(store);
@@ -821,19 +825,36 @@ async fn model_run(seed: u64, separation: bool) {
         )
         .unwrap();
     assert_eq!(page.objects.len(), model.len());
+    off_window_reads += reads_off_window(&store);
+    // Every client read (records rep3, packed and split bodies, chunks after a reopen) is
+    // served by readers only; start-up loads and deferred deletes count apart.
+    assert_eq!(
+        off_window_reads, 0,
+        "seed {seed}, {devices} devices: client reads reached writers"
+    );
     store.shutdown().await.unwrap();
+}
+
+/// Reads that reached a device outside the read window since the store opened.
+fn reads_off_window(store: &Store) -> u64 {
+    store.rails().map_or(0, |r| {
+        (0..r.device_count())
+            .map(|d| r.counters(d).off_window_reads.load(Ordering::Relaxed))
+            .sum()
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_operations_match_a_model_across_reopens() {
     for seed in 0..2 {
-        model_run(seed, false).await;
+        model_run(seed, false, 6).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_operations_match_a_model_with_separation() {
-    model_run(10, true).await;
+    model_run(10, true, 6).await;
+    model_run(11, true, 12).await;
 }
 
 #[tokio::test]
@@ -849,4 +870,74 @@ async fn a_data_folder_is_used_by_one_store_at_a_time() {
     other.devices.count = 12;
     let e = Store::open(other).await.unwrap_err();
     assert!(e.to_string().contains("another layout"), "{e}");
+}
+
+/// A data folder made before pieces were spread (its layout file is format 1: copies on
+/// consecutive colours) keeps that order when a newer railstore opens it, so its objects are
+/// found where they are; a new folder spreads them (format 3).
+#[tokio::test]
+async fn a_folder_made_before_spreading_keeps_its_piece_order() {
+    use railstore_placement::{Layout, PieceOrder};
+    let dir = tempfile::tempdir().unwrap();
+    let mut old = config(DeviceKind::File, dir.path(), false);
+    old.manager.piece_order = PieceOrder::Consecutive;
+    let store = Store::open(old.clone()).await.unwrap();
+    store.create_bucket("old-order").await.unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    // Records and bodies of every mechanism of the default policy (rep3, pack3+3, split3+3).
+    let objects: Vec<(String, Vec<u8>)> = [10usize, 3000, 20_000, 200_000]
+        .iter()
+        .map(|&len| (format!("o{len}"), bytes(&mut rng, len)))
+        .collect();
+    for (k, v) in &objects {
+        store
+            .put_object(
+                "old-order",
+                k,
+                body_from(Bytes::from(v.clone())),
+                PutOptions::default(),
+            )
+            .await
+            .unwrap();
+    }
+    store.shutdown().await.unwrap();
+    drop(store);
+    let text = std::fs::read_to_string(dir.path().join("layout")).unwrap();
+    assert!(text.starts_with("railstore-layout 1\n"), "{text}");
+
+    // Opened with today's defaults: still consecutive, every object read without repairs.
+    let store = Store::open(config(DeviceKind::File, dir.path(), false))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.manager().layout().piece_order(),
+        PieceOrder::Consecutive
+    );
+    for (k, v) in &objects {
+        assert_eq!(&get(&store, "old-order", k).await.unwrap(), v, "{k}");
+    }
+    let repairs = store
+        .manager()
+        .devices()
+        .counters
+        .repairs
+        .load(Ordering::Relaxed);
+    assert_eq!(repairs, 0, "pieces were looked for in the wrong places");
+    store.shutdown().await.unwrap();
+    drop(store);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("layout")).unwrap(),
+        text
+    );
+
+    let fresh = tempfile::tempdir().unwrap();
+    let store = Store::open(config(DeviceKind::File, fresh.path(), false))
+        .await
+        .unwrap();
+    store.shutdown().await.unwrap();
+    let text = std::fs::read_to_string(fresh.path().join("layout")).unwrap();
+    assert_eq!(
+        Layout::decode(&text).unwrap().piece_order(),
+        PieceOrder::Spread
+    );
 }

@@ -176,6 +176,13 @@ impl Device for Separated {
             }
             None => {
                 let _reading = ReadInFlight::new(st);
+                if self.rails.cfg.separation && self.rails.role(self.d) != Role::Reader {
+                    let counter = match railstore_device::purpose::current() {
+                        None => &st.counters.off_window_reads,
+                        Some(_) => &st.counters.off_window_other_reads,
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
                 let r = st.inner.retrieve(key, range).await?;
                 st.counters
                     .read_bytes
