@@ -45,6 +45,11 @@ pub enum DeviceCommand {
     Replace {
         /// The device.
         device: usize,
+        /// Rebuild onto a new device at this absolute path on the server's machine (absent, or
+        /// an empty folder or file) instead of the configured place; the server records it and
+        /// opens the device there from then on.
+        #[arg(long)]
+        path: Option<std::path::PathBuf>,
         /// Start it and return at once.
         #[arg(long)]
         no_wait: bool,
@@ -189,12 +194,27 @@ pub fn device(cmd: &DeviceCommand) -> Result<()> {
         }
         DeviceCommand::Replace {
             device,
+            path,
             no_wait,
             admin,
         } => {
             let t = admin.target()?;
-            call(&t, "POST", &format!("/admin/v1/devices/{device}/replace"))?;
-            println!("rebuilding device {device} while serving");
+            let query = match path {
+                Some(p) => format!("?path={}", percent_encode(&p.to_string_lossy())),
+                None => String::new(),
+            };
+            call(
+                &t,
+                "POST",
+                &format!("/admin/v1/devices/{device}/replace{query}"),
+            )?;
+            match path {
+                Some(p) => println!(
+                    "rebuilding device {device} onto {} while serving",
+                    p.display()
+                ),
+                None => println!("rebuilding device {device} while serving"),
+            }
             if *no_wait {
                 return Ok(());
             }

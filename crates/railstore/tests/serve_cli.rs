@@ -405,8 +405,17 @@ fn a_device_is_failed_and_replaced_on_a_running_server() {
     let (ok, errors, out) = load(&endpoint, "admin-test", "admin-test-secret-0123");
     assert!(ok && errors == 0, "{out}");
 
-    let (ok, out) = with(&["device", "replace", "3"]);
-    assert!(ok && out.contains("finished"), "{out}");
+    // Onto another path (named with a space, so the query is percent-encoded): a relative one
+    // is refused by the server, an absolute one taken.
+    let (ok, out) = with(&["device", "replace", "3", "--path", "moved dev3"]);
+    assert!(!ok && out.contains("must be absolute"), "{out}");
+    let moved = dir.path().join("moved dev3");
+    let (ok, out) = with(&["device", "replace", "3", "--path", moved.to_str().unwrap()]);
+    assert!(
+        ok && out.contains("finished") && out.contains("onto"),
+        "{out}"
+    );
+    assert!(std::fs::read_dir(&moved).unwrap().next().is_some());
     let (ok, out) = with(&["repair", "status", "--json"]);
     assert!(ok, "{out}");
     let r: serde_json::Value = serde_json::from_str(&out).unwrap();

@@ -49,6 +49,10 @@ struct DeviceEntry {
     /// Why it is not in service.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     reason: Option<String>,
+    /// Where it lives when an operator replaced it onto another path (`railstore device
+    /// replace N --path P`): this wins over the configuration's path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    path: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -112,6 +116,22 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| StoreError::io(format!("syncing folder {}", dir.display()), e))
+}
+
+/// The paths the array state in `data_dir` records for devices replaced onto another path
+/// (index = device; `None`: the configuration's). Empty when there is no state yet.
+pub(crate) fn recorded_paths(data_dir: &Path) -> Result<Vec<Option<PathBuf>>> {
+    let path = data_dir.join(STATE_FILE);
+    match std::fs::read(&path) {
+        Ok(b) => {
+            let st: ArrayState = serde_json::from_slice(&b).map_err(|e| {
+                StoreError::Corrupt(format!("the array state {}: {e}", path.display()))
+            })?;
+            Ok(st.devices.into_iter().map(|e| e.path).collect())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(StoreError::io(format!("reading {}", path.display()), e)),
+    }
 }
 
 /// Why a device is not current.
@@ -278,7 +298,15 @@ impl ArrayIdentity {
             id,
             health: DeviceHealth::Ok,
             reason: None,
+            path: st.devices[d].path.clone(),
         };
+        self.save(&st)
+    }
+
+    /// Records that device `d` now lives at `path` (a replace onto another path), durably.
+    pub fn set_path(&self, d: usize, path: &Path) -> Result<()> {
+        let mut st = self.state.lock().unwrap();
+        st.devices[d].path = Some(path.to_path_buf());
         self.save(&st)
     }
 
@@ -316,6 +344,7 @@ impl ArrayIdentity {
                             id: new_id(),
                             health: DeviceHealth::Ok,
                             reason: None,
+                            path: None,
                         })
                         .collect(),
                 };

@@ -17,6 +17,7 @@ use crate::open::move_aside;
 use crate::store::{Inner, Store};
 use railstore_device::{Device, RetryingDevice};
 use railstore_redundancy::{RedundancyError, RepairOptions, RepairProgress, RepairReport};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -88,25 +89,104 @@ impl Store {
         d: usize,
         options: RepairOptions,
     ) -> Result<RepairStatus> {
+        self.replace_at(d, None, options).await
+    }
+
+    /// [`Store::replace_device`] onto a new device at `path` instead of the configured place
+    /// (`railstore device replace N --path P`): `path` must be absolute, belong to no other
+    /// device, and be absent or empty. The array state records it before the rebuild starts,
+    /// and from then on the device is opened there whatever the configuration says; the old
+    /// place is left as it is.
+    pub async fn replace_device_at(&self, d: usize, path: &Path) -> Result<RepairStatus> {
+        self.replace_at(d, Some(path), self.inner.config.repair.options())
+            .await
+    }
+
+    async fn replace_at(
+        &self,
+        d: usize,
+        path: Option<&Path>,
+        options: RepairOptions,
+    ) -> Result<RepairStatus> {
         let _one_at_a_time = self.inner.repair_ops.lock().await;
         self.check_replaceable(d)?;
         let inner = &self.inner;
-        if inner.config.devices.kind == DeviceKind::Mem
-            || inner.devices[d].lock().unwrap().path.is_none()
-        {
+        let current = inner.devices[d].lock().unwrap().path.clone();
+        let (Some(current), false) = (current, inner.config.devices.kind == DeviceKind::Mem) else {
             return Err(StoreError::InvalidArgument(format!(
                 "device {d} has no folder or file of its own to rebuild onto"
             )));
-        }
+        };
+        let target = match path {
+            Some(p) => {
+                self.check_new_path(d, p)?;
+                p.to_path_buf()
+            }
+            None => current,
+        };
         self.mark_rebuilding(d)?;
-        let config = inner.config.clone();
+        let mut config = inner.config.clone();
+        config.devices.paths = (0..inner.slots.len())
+            .map(|i| {
+                if i == d {
+                    target.clone()
+                } else {
+                    device_path(&inner.config, i)
+                }
+            })
+            .collect();
+        let moving = path.is_some();
         let fresh = tokio::task::spawn_blocking(move || {
-            move_aside(&config, d)?;
+            if !moving {
+                move_aside(&config, d)?;
+            }
             open_device(&config, d)
         })
         .await
         .map_err(|e| StoreError::Config(format!("opening the new device {d}: {e}")))??;
+        if moving {
+            if let Some(id) = &inner.identity {
+                id.set_path(d, &target)?;
+            }
+        }
         self.swap_in_and_rebuild(d, fresh, options).await
+    }
+
+    /// Where a replace may put device `d`: an absolute path no other device uses, absent or
+    /// empty (a folder without entries, or a file of no bytes).
+    fn check_new_path(&self, d: usize, p: &Path) -> Result<()> {
+        let bad = |why: String| {
+            Err(StoreError::InvalidArgument(format!(
+                "{}: {why}",
+                p.display()
+            )))
+        };
+        if !p.is_absolute() {
+            return bad("the path to rebuild onto must be absolute".into());
+        }
+        if self.inner.identity.is_none() {
+            return bad("a store without a data folder cannot record a device's new path".into());
+        }
+        for (i, o) in self.inner.devices.iter().enumerate() {
+            if o.lock().unwrap().path.as_deref() == Some(p) {
+                return bad(if i == d {
+                    format!("device {d} is there already: replace it without a path")
+                } else {
+                    format!("device {i} is there")
+                });
+            }
+        }
+        match std::fs::metadata(p) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => bad(format!("cannot be looked at ({e})")),
+            Ok(m) if m.is_dir() => match std::fs::read_dir(p).map(|mut e| e.next().is_none()) {
+                Ok(true) => Ok(()),
+                Ok(false) => bad("the folder is not empty".into()),
+                Err(e) => bad(format!("cannot be listed ({e})")),
+            },
+            Ok(m) if m.is_file() && m.len() == 0 => Ok(()),
+            Ok(_) => bad("something is there already; give an absent path or an empty one".into()),
+        }
     }
 
     /// Replaces failed device `d` by `device`, which the caller opened and which must be
@@ -195,7 +275,8 @@ impl Store {
                 what: "readmitting the new device",
                 source,
             })?;
-        tracing::info!(device = d, path = %device_path(&inner.config, d).display(), "rebuilding device while serving");
+        let path = inner.devices[d].lock().unwrap().path.clone();
+        tracing::info!(device = d, path = ?path, "rebuilding device while serving");
         self.start_rebuild(d, options)
     }
 

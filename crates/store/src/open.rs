@@ -114,6 +114,20 @@ impl Store {
                 write_durably(&layout_file, layout.encode().as_bytes())?;
             }
         }
+        if persistent && injected.is_none() {
+            // A device replaced onto another path lives there now, whatever the configuration
+            // says (docs/admin.md).
+            let recorded = crate::identity::recorded_paths(data_dir)?;
+            if recorded.len() == n && recorded.iter().any(Option::is_some) {
+                config.devices.paths = (0..n)
+                    .map(|i| {
+                        recorded[i]
+                            .clone()
+                            .unwrap_or_else(|| device_path(&config, i))
+                    })
+                    .collect();
+            }
+        }
         let marker = data_dir.join(CLEAN_MARKER);
         let unclean_start = existed && !marker.exists();
         if let (Some(d), None) = (fresh, &injected) {

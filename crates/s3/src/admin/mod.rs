@@ -8,8 +8,9 @@
 //! - `GET /admin/v1/latency[?seconds=N]`: S3 read and write latency per second, the last
 //!   N seconds (300 at most and by default).
 //! - `POST /admin/v1/devices/N/fail[?reason=TEXT]`: takes device N out of service.
-//! - `POST /admin/v1/devices/N/replace`: rebuilds failed device N onto an empty device at its
-//!   place, in the background (202, the rebuild's status).
+//! - `POST /admin/v1/devices/N/replace[?path=P]`: rebuilds failed device N onto an empty device
+//!   at its place, or at absolute path P (recorded: the device lives there from then on), in
+//!   the background (202, the rebuild's status).
 //! - `POST /admin/v1/scrub`: verifies every object and set in the background (202).
 //! - `GET /admin/v1/repair`: the rebuild or scrub running or last run (404 when none ran).
 //! - `/admin/v1/volumes…`: block volumes ([`volumes`]).
@@ -121,10 +122,17 @@ async fn operation<B>(admin: &Admin<'_>, req: &Request<B>) -> Response<Bytes> {
                         Err(e) => store_error(&e),
                     }
                 }
-                "replace" => match store.replace_device(d).await {
-                    Ok(r) => json(StatusCode::ACCEPTED, &r),
-                    Err(e) => store_error(&e),
-                },
+                "replace" => {
+                    let path = query_value(req.uri().query().unwrap_or(""), "path");
+                    let started = match path {
+                        Some(p) => store.replace_device_at(d, std::path::Path::new(&p)).await,
+                        None => store.replace_device(d).await,
+                    };
+                    match started {
+                        Ok(r) => json(StatusCode::ACCEPTED, &r),
+                        Err(e) => store_error(&e),
+                    }
+                }
                 _ => not_found(method, path),
             }
         }
