@@ -681,7 +681,19 @@ pub fn status(args: &StatusArgs) -> Result<()> {
 fn print_status(s: &StoreStatus) {
     println!("data folder  {}", s.data_dir);
     println!("policy       {}", s.policy);
-    println!("separation   {}", if s.separation { "on" } else { "off" });
+    match &s.window {
+        Some(w) => println!(
+            "separation   on: {} of {} colours read, {} ms frames, {} partial frames; reads \
+             outside the window: {} serving reads, {} by writes and background work",
+            w.size,
+            w.colours,
+            w.frame_ms,
+            w.partial_frames,
+            w.off_window_reads,
+            w.off_window_other_reads
+        ),
+        None => println!("separation   {}", if s.separation { "on" } else { "off" }),
+    }
     if let Some((id, epoch)) = &s.array {
         println!("array        {id}, epoch {epoch}");
     }

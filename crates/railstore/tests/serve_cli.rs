@@ -436,6 +436,13 @@ fn a_device_is_failed_and_replaced_on_a_running_server() {
     assert_eq!(s["devices"][3]["recorded"], "ok", "{body}");
     let (_, metrics) = http_get(&endpoint, "/metrics", "");
     assert!(metrics.contains("railstore_rebuild_running 0"), "{metrics}");
+    // Separation's window (the embedded default reads three colours of six).
+    assert!(
+        metrics.contains("railstore_rails_window_size 3"),
+        "{metrics}"
+    );
+    assert_eq!(s["window"]["colours"], 6, "{body}");
+    assert_eq!(s["window"]["size"], 3, "{body}");
     // A scrub on request finds the rebuilt array whole, and keeps its report.
     let (ok, out) = with(&["repair", "scrub"]);
     assert!(ok && out.contains("the scrub: finished"), "{out}");

@@ -33,7 +33,7 @@ pub use error::{Result, StoreError};
 pub use identity::{DeviceHealth, NotCurrent};
 pub use ids::{random_id, seed_ids_on_this_thread};
 pub use load::LoadReport;
-pub use metrics::{DeviceStatus, StoreStatus};
+pub use metrics::{DeviceStatus, StoreStatus, WindowStatus};
 pub use multipart::{multipart_etag, PART_NUMBER_MAX};
 pub use railstore_redundancy::{Mechanism, RepairOptions, RepairProgress, RepairReport};
 pub use record::TAG_VOLUME;

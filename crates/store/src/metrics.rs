@@ -59,6 +59,23 @@ pub struct DeviceStatus {
     pub recorded: Option<crate::identity::DeviceHealth>,
 }
 
+/// Read/write separation's window as `railstore status` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct WindowStatus {
+    /// Colours on the ring (the group width).
+    pub colours: usize,
+    /// Colours serving reads now.
+    pub size: usize,
+    /// Frame length.
+    pub frame_ms: u64,
+    /// Frames so far whose writes needed more writers than separation leaves.
+    pub partial_frames: u64,
+    /// Reads serving read requests that reached a device outside the window, since start.
+    pub off_window_reads: u64,
+    /// Reads by writes, deletes and background work that did, since start.
+    pub off_window_other_reads: u64,
+}
+
 /// The whole store as `railstore status` shows it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StoreStatus {
@@ -68,6 +85,9 @@ pub struct StoreStatus {
     pub policy: String,
     /// Separation on.
     pub separation: bool,
+    /// The read window, under separation.
+    #[serde(default)]
+    pub window: Option<WindowStatus>,
     /// The array's id and epoch (starts so far); `None` for memory devices.
     #[serde(default)]
     pub array: Option<(String, u64)>,
@@ -140,6 +160,21 @@ impl Store {
             data_dir: inner.config.data_dir.display().to_string(),
             policy: policy_text(&inner.manager.config().policy),
             separation: inner.rails.is_some(),
+            window: inner.rails.as_ref().map(|r| {
+                let sum = |f: &dyn Fn(&railstore_rails::DeviceCounters) -> &AtomicU64| {
+                    (0..r.device_count())
+                        .map(|d| f(r.counters(d)).load(Ordering::Relaxed))
+                        .sum()
+                };
+                WindowStatus {
+                    colours: r.config().schedule.colours,
+                    size: r.window_size(),
+                    frame_ms: r.config().schedule.frame.as_millis() as u64,
+                    partial_frames: r.partial_frames(),
+                    off_window_reads: sum(&|c| &c.off_window_reads),
+                    off_window_other_reads: sum(&|c| &c.off_window_other_reads),
+                }
+            }),
             array: inner
                 .identity
                 .as_ref()
@@ -476,6 +511,12 @@ impl Store {
                 "gauge",
                 "Bytes of journal records kept for this device's writes.",
                 &c(&|d| journal[d].journal_bytes),
+            );
+            metric(
+                "rails_window_size",
+                "gauge",
+                "Colours serving reads now.",
+                &[(String::new(), r.window_size() as u64)],
             );
             metric(
                 "rails_partial_frames_total",

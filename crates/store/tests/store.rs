@@ -793,7 +793,7 @@ async fn model_run(seed: u64, separation: bool, devices: usize) {
             }
             _ => {
                 // Separation's flushers outlive a dropped store: only shut it down.
-                off_window_reads += reads_off_window(&store);
+                off_window_reads += reads_off_window(&store).await;
                 if separation || rng.gen_bool(0.5) {
                     store.shutdown().await.unwrap();
                     drop(store);
@@ -825,7 +825,11 @@ async fn model_run(seed: u64, separation: bool, devices: usize) {
         )
         .unwrap();
     assert_eq!(page.objects.len(), model.len());
-    off_window_reads += reads_off_window(&store);
+    off_window_reads += reads_off_window(&store).await;
+    if separation {
+        let w = store.status().await.window.unwrap();
+        assert_eq!((w.colours, w.size), (6, 3), "{w:?}");
+    }
     // Every client read (records rep3, packed and split bodies, chunks after a reopen) is
     // served by readers only; start-up loads and deferred deletes count apart.
     assert_eq!(
@@ -835,13 +839,14 @@ async fn model_run(seed: u64, separation: bool, devices: usize) {
     store.shutdown().await.unwrap();
 }
 
-/// Reads that reached a device outside the read window since the store opened.
-fn reads_off_window(store: &Store) -> u64 {
-    store.rails().map_or(0, |r| {
-        (0..r.device_count())
-            .map(|d| r.counters(d).off_window_reads.load(Ordering::Relaxed))
-            .sum()
-    })
+/// Read requests that reached a device outside the read window since the store opened, as
+/// its status reports them.
+async fn reads_off_window(store: &Store) -> u64 {
+    store
+        .status()
+        .await
+        .window
+        .map_or(0, |w| w.off_window_reads)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -163,7 +163,11 @@ function drawSummary(status) {
   set("object-bytes", bytes(status.object_bytes));
   set("buckets", status.buckets);
   set("uploads", status.uploads);
-  set("separation", status.separation ? "on (readers never write)" : "off");
+  const w = status.window;
+  set("separation", w
+    ? `on: ${w.size} of ${w.colours} colours read, ${w.frame_ms} ms frames, ` +
+      `${w.off_window_reads} reads outside the window`
+    : (status.separation ? "on (readers never write)" : "off"));
   const serving = status.devices.filter(d => d.healthy).length;
   set("in-service", `${serving} of ${status.devices.length}`);
   const used = status.devices.reduce((a, d) => a + d.used_bytes, 0);
