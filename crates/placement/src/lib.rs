@@ -382,15 +382,10 @@ impl Layout {
                 continue;
             }
             if name == "pieces" && format >= 3 {
+                // Consecutive pieces are formats 1 and 2 (no such line), so format 3 says spread.
                 let parsed = match value.trim() {
                     "spread" => PieceOrder::Spread,
-                    "consecutive" => PieceOrder::Consecutive,
-                    v => {
-                        return Err(bad(
-                            i,
-                            format!("pieces: expected spread or consecutive, found {v:?}"),
-                        ))
-                    }
+                    v => return Err(bad(i, format!("pieces: expected spread, found {v:?}"))),
                 };
                 if order.replace(parsed).is_some() {
                     return Err(bad(i, "pieces appears twice".into()));
@@ -537,6 +532,11 @@ impl Placement<'_> {
     /// The device that holds piece `piece`.
     pub fn device(&self, piece: usize) -> usize {
         self.layout.groups[self.group][self.colour(piece)] as usize
+    }
+
+    /// The width of the layout (n colours), whatever `of_pieces` said.
+    pub fn width(&self) -> usize {
+        self.layout.width()
     }
 
     /// Devices of pieces 0, 1, ..

@@ -139,6 +139,11 @@ fn bad_layouts_and_files_are_refused() {
         Layout::decode(&good.replace("pieces spread", "pieces scattered")),
         Err(PlacementError::Parse { .. })
     ));
+    // Consecutive pieces are said by formats 1 and 2, never by a format-3 line.
+    assert!(matches!(
+        Layout::decode(&good.replace("pieces spread", "pieces consecutive")),
+        Err(PlacementError::Parse { .. })
+    ));
     let err = Layout::load(std::path::Path::new("/nonexistent/layout")).unwrap_err();
     assert!(err.to_string().contains("/nonexistent/layout"));
 }

@@ -51,7 +51,11 @@ impl Inner {
                 let pos = (1..=m as usize).find(|&p| self.io.prefers(place.device(p)))?;
                 let bytes = self.io.retrieve(place.device(pos), &skey).await.ok()??;
                 let (h, payload) = PieceHeader::decode(&bytes).ok()?;
-                if h.kind != PieceKind::Pointer || want.is_some_and(|w| w != h.version) {
+                // The pointer's own mechanism, not a caller's guess, goes into the answer.
+                if h.kind != PieceKind::Pointer
+                    || mechanism_of(&h) != Some(mech)
+                    || want.is_some_and(|w| w != h.version)
+                {
                     return None;
                 }
                 let data = self

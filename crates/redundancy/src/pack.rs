@@ -79,7 +79,7 @@ impl Packer {
             unreachable!("packer given {mech}")
         };
         let device = place.device(0);
-        let layout_width = place_width(place);
+        let layout_width = place.width();
         let group_devices: Vec<usize> = {
             // The group's device of each colour: position p holds colour (p + rotation) mod n.
             let mut by_colour = vec![0; layout_width];
@@ -111,10 +111,6 @@ impl Packer {
         self.tx.send(req).map_err(|_| closed())?;
         wait.await.map_err(|_| closed())?
     }
-}
-
-fn place_width(place: &Placement<'_>) -> usize {
-    place.devices().count()
 }
 
 fn closed() -> RedundancyError {

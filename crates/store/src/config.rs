@@ -490,7 +490,8 @@ impl StoreConfig {
                 if !enough(s.window) {
                     let least = (s.window..width).find(|&w| enough(w));
                     return Err(StoreError::Config(format!(
-                        "separation window {} leaves window positions where readers hold fewer                          than {need} pieces of {m} in groups of {width}{}",
+                        "separation window {} leaves window positions where readers hold fewer \
+                         than {need} pieces of {m} in groups of {width}{}",
                         s.window,
                         least.map_or(String::new(), |w| format!(": a window of {w} is needed"))
                     )));

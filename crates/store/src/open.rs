@@ -110,6 +110,15 @@ impl Store {
                         layout_file.display()
                     )));
                 }
+            } else if data_dir.join(crate::identity::STATE_FILE).exists() {
+                // An array without its layout file: which order its pieces are in (consecutive
+                // before format 3, spread since) cannot be told, and guessing wrong makes a
+                // careful read take pieces for misplaced ones.
+                return Err(StoreError::Config(format!(
+                    "the data folder {} holds an array (array.json) but not its layout file {}:                      restore it (docs/format.md, \"Layout\")",
+                    data_dir.display(),
+                    layout_file.display()
+                )));
             } else {
                 write_durably(&layout_file, layout.encode().as_bytes())?;
             }

@@ -946,3 +946,19 @@ async fn a_folder_made_before_spreading_keeps_its_piece_order() {
         PieceOrder::Spread
     );
 }
+
+/// A data folder that holds an array but lost its layout file is refused with the reason: the
+/// order of its pieces cannot be told, and a wrong guess would make reads take pieces for
+/// misplaced ones.
+#[tokio::test]
+async fn an_array_without_its_layout_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(DeviceKind::File, dir.path(), false);
+    let store = Store::open(cfg.clone()).await.unwrap();
+    store.shutdown().await.unwrap();
+    drop(store);
+    std::fs::remove_file(dir.path().join("layout")).unwrap();
+    let e = Store::open(cfg).await.unwrap_err();
+    assert!(e.to_string().contains("not its layout file"), "{e}");
+    assert!(!dir.path().join("layout").exists());
+}
