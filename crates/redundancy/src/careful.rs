@@ -326,10 +326,7 @@ impl Inner {
         let order = self.layout.piece_order();
         scan.pieces.iter().flatten().all(|p| {
             mechanism_of(&p.header).is_some_and(|mech| {
-                let pieces = match mech {
-                    Mechanism::Pack { .. } => width,
-                    _ => mech.pieces().min(width),
-                };
+                let pieces = mech.span(width);
                 (0..pieces)
                     .filter(|&i| damaged(order.shard(i, pieces, width)))
                     .count()

@@ -542,6 +542,15 @@ impl Mechanism {
             _ => self.width(),
         }
     }
+
+    /// Pieces of a group of `width` one object depends on: its own, or for a packed object
+    /// the whole group (its set's members and parity take every colour).
+    pub fn span(&self, width: usize) -> usize {
+        match *self {
+            Mechanism::Pack { .. } => width,
+            _ => self.pieces().min(width),
+        }
+    }
 }
 
 pub(crate) fn mechanism_of(h: &PieceHeader) -> Option<Mechanism> {

@@ -55,12 +55,8 @@ impl Inner {
             self.write_segment(key, &place, mech, head, data, prev.is_some())
                 .await?;
             if s + 1 == segments && segments > 1 {
-                // A packing set spans the whole group (parity goes to free colours).
-                let positions = match mech {
-                    Mechanism::Pack { .. } => self.layout.width(),
-                    _ => mech.pieces(),
-                };
-                self.sync_positions(&place, positions).await?;
+                self.sync_positions(&place, mech.span(self.layout.width()))
+                    .await?;
             }
         }
         if let Some(p) = prev {

@@ -5,7 +5,6 @@
 
 use crate::record::{chunk_key, object_key};
 use crate::store::{Store, Stored};
-use railstore_redundancy::Mechanism;
 use serde::{Deserialize, Serialize};
 
 /// Objects named in a report (the counts are always complete).
@@ -48,14 +47,9 @@ impl Store {
                 .manager
                 .cached_meta(key)
                 .map_or_else(|| policy.choose(len), |m| m.mechanism);
-            // A packed object's set spans the whole group.
-            let pieces = match mech {
-                Mechanism::Pack { .. } => layout.width(),
-                _ => mech.pieces(),
-            };
             let lost = layout
                 .place(key)
-                .of_pieces(pieces)
+                .of_pieces(mech.span(layout.width()))
                 .devices()
                 .filter(|d| out.contains(d))
                 .count();
