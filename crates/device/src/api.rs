@@ -230,6 +230,13 @@ pub trait Device: Send + Sync + 'static {
 
     /// The device's key and value limits.
     fn limits(&self) -> Limits;
+
+    /// Bytes of memory the device keeps for what it stores (its index of keys; a memory
+    /// device's values too), by its own estimate ([`crate::memory`]); wrappers pass their
+    /// device's on. Walks the index: for reports, not for every request.
+    fn memory_bytes(&self) -> u64 {
+        0
+    }
 }
 
 /// Walks every batch of an iteration and returns all entries.

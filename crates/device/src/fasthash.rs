@@ -51,7 +51,7 @@ impl Hasher for FastHasher {
 pub type FastMap<K, V> = std::collections::HashMap<K, V, BuildHasherDefault<FastHasher>>;
 
 /// Bytes a [`MapKey`] keeps inline.
-const INLINE_KEY_BYTES: usize = 22;
+pub(crate) const INLINE_KEY_BYTES: usize = 22;
 
 /// A map key that keeps short keys (up to 22 bytes: the benchmarks' 8-byte keys, short names)
 /// inside the map's own slot instead of behind a pointer, so a lookup touches one cache line

@@ -311,6 +311,10 @@ impl Device for FaultyDevice {
         self.inner.compact(budget_bytes).await
     }
 
+    fn memory_bytes(&self) -> u64 {
+        self.inner.memory_bytes()
+    }
+
     fn limits(&self) -> Limits {
         self.inner.limits()
     }

@@ -1936,4 +1936,22 @@ impl Device for FileDevice {
     fn limits(&self) -> Limits {
         self.shared.config.limits
     }
+
+    /// The index of live keys and of tombstones (each a key on the heap and its location).
+    fn memory_bytes(&self) -> u64 {
+        use crate::memory::{btree_entry, hash_entry, heap};
+        let st = self.shared.lock();
+        let slot = std::mem::size_of::<Vec<u8>>() + std::mem::size_of::<Loc>();
+        let index: u64 = st
+            .index
+            .keys()
+            .map(|k| btree_entry(slot) + heap(k.len()))
+            .sum();
+        let tombs: u64 = st
+            .tombs
+            .keys()
+            .map(|k| hash_entry(slot) + heap(k.len()))
+            .sum();
+        index + tombs
+    }
 }

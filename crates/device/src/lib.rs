@@ -30,6 +30,7 @@ pub mod faulty;
 pub mod file;
 pub mod format;
 pub mod mem;
+pub mod memory;
 pub mod metered;
 pub mod purpose;
 pub mod retry;

@@ -173,6 +173,25 @@ impl Device for MemDevice {
         Ok(())
     }
 
+    /// Keys and values, in the hash map and the ordered key list.
+    fn memory_bytes(&self) -> u64 {
+        use crate::memory::{btree_entry, hash_entry, heap};
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = std::mem::size_of::<MapKey>() + std::mem::size_of::<Bytes>();
+        st.order
+            .keys()
+            .map(|k| {
+                let value = st.map.get(k.as_slice()).map_or(0, |v| v.len());
+                let boxed = if k.len() > crate::fasthash::INLINE_KEY_BYTES {
+                    heap(k.len())
+                } else {
+                    0
+                };
+                hash_entry(slot) + boxed + heap(value) + btree_entry(24) + heap(k.len())
+            })
+            .sum()
+    }
+
     fn limits(&self) -> Limits {
         self.config.limits
     }

@@ -213,6 +213,10 @@ impl Device for MeteredDevice {
         r
     }
 
+    fn memory_bytes(&self) -> u64 {
+        self.inner.memory_bytes()
+    }
+
     fn limits(&self) -> Limits {
         self.inner.limits()
     }

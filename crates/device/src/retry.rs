@@ -87,6 +87,10 @@ impl Device for RetryingDevice {
         self.run(|d| d.compact(budget_bytes)).await
     }
 
+    fn memory_bytes(&self) -> u64 {
+        self.inner.memory_bytes()
+    }
+
     fn limits(&self) -> Limits {
         self.inner.limits()
     }

@@ -781,6 +781,10 @@ impl Device for SimDevice {
         self.inner.compact(budget_bytes).await
     }
 
+    fn memory_bytes(&self) -> u64 {
+        self.inner.memory_bytes()
+    }
+
     fn limits(&self) -> Limits {
         self.inner.limits()
     }

@@ -70,6 +70,10 @@ impl Device for DeviceSlot {
         self.current().compact(budget_bytes).await
     }
 
+    fn memory_bytes(&self) -> u64 {
+        self.current().memory_bytes()
+    }
+
     fn limits(&self) -> Limits {
         self.current().limits()
     }

@@ -116,6 +116,12 @@ impl WriteBuffer {
         self.bytes_max
     }
 
+    /// Moves the bound (buffers sized from the measured write rate). What the buffer holds
+    /// stays; below a lower bound it only takes writes again once flushing has made room.
+    pub fn set_bytes_max(&mut self, bytes_max: u64) {
+        self.bytes_max = bytes_max;
+    }
+
     /// Keys waiting (applied but unconfirmed ones included).
     pub fn len(&self) -> usize {
         self.latest.len()

@@ -15,10 +15,10 @@ pub mod separated;
 pub use buffer::{BufferError, Pending, ToFlush, WriteBuffer};
 pub use plan::{AnyHealthy, ReadPlan, ScheduledReads};
 pub use schedule::{
-    write_bound, write_buffer_bytes_min, Role, Schedule, ScheduleConfig, ScheduleError,
-    WindowChoice, WindowSizer,
+    window_buffers_hold, write_bound, write_buffer_bytes_min, Role, Schedule, ScheduleConfig,
+    ScheduleError, WindowChoice, WindowSizer,
 };
 pub use separated::{
-    AdaptiveWindow, DeviceCounters, DeviceSnapshot, Durability, FailureListener, JournalRecovery,
-    Rails, RailsAndDevices, RailsConfig, Separated,
+    AdaptiveWindow, DeviceCounters, DeviceSnapshot, Durability, FailureListener, FrameLoad,
+    JournalRecovery, Rails, RailsAndDevices, RailsConfig, Separated,
 };

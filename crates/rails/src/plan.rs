@@ -53,6 +53,11 @@ impl ScheduledReads {
             .role(self.colour_of[device], now)
     }
 
+    /// The colour of `device`.
+    pub fn colour_of(&self, device: usize) -> usize {
+        self.colour_of[device]
+    }
+
     /// The buffering stint of `device` at `t_ns` ([`Schedule::buffering_stint`]).
     pub fn buffering_stint(&self, device: usize, t_ns: u64) -> Option<(u64, u64)> {
         self.schedule

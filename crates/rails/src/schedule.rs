@@ -279,6 +279,9 @@ pub struct WindowSizer {
     pub write_bytes_per_s: f64,
     /// Device bytes written per user byte (q = (k+m)/k for codes, r for replication).
     pub write_factor: f64,
+    /// The widest window whose write buffers hold what arrives meanwhile
+    /// ([`window_buffers_hold`]); `usize::MAX`: no limit.
+    pub buffer_window_max: usize,
 }
 
 impl WindowSizer {
@@ -298,11 +301,15 @@ impl WindowSizer {
             n
         };
         let most_readers = (n - writers_needed).floor();
-        let partial = most_readers < self.window_min as f64;
+        // Too few writers, or buffers too small for even the narrowest window.
+        let partial =
+            most_readers < self.window_min as f64 || self.buffer_window_max < self.window_min;
         let cap = if partial {
             self.window_min
         } else {
-            (most_readers as usize).min(self.window_max)
+            (most_readers as usize)
+                .min(self.window_max)
+                .min(self.buffer_window_max)
         };
         WindowChoice {
             size: need_readers
@@ -329,6 +336,17 @@ pub fn write_buffer_bytes_min(
     device_write_bytes_per_s: f64,
 ) -> u64 {
     ((window + 1) as f64 * frame.as_secs_f64() * device_write_bytes_per_s).ceil() as u64
+}
+
+/// The widest window s whose buffers of `buffer_bytes` hold what arrives at a device while it
+/// reads and then flushes ((s + 1) x T x `arrival_bytes_per_s`, the rule above turned round);
+/// `usize::MAX` when nothing arrives.
+pub fn window_buffers_hold(buffer_bytes: u64, frame: Duration, arrival_bytes_per_s: f64) -> usize {
+    let per_frame = frame.as_secs_f64() * arrival_bytes_per_s;
+    if per_frame <= 0.0 {
+        return usize::MAX;
+    }
+    ((buffer_bytes as f64 / per_frame).floor() as usize).saturating_sub(1)
 }
 
 #[cfg(test)]
@@ -441,6 +459,7 @@ mod tests {
             read_bytes_per_s: 100.0,
             write_bytes_per_s: 100.0,
             write_factor: 2.0,
+            buffer_window_max: usize::MAX,
         };
         // Light writes: as many readers as reads need.
         assert_eq!(
@@ -471,6 +490,37 @@ mod tests {
             WindowChoice {
                 size: 4,
                 partial: false
+            }
+        );
+    }
+
+    #[test]
+    fn buffers_bound_the_window() {
+        let frame = Duration::from_secs(2);
+        // 10 MB/s arriving per device, 2 s frames: 20 MB per frame; 100 MB holds s + 1 = 5.
+        assert_eq!(window_buffers_hold(100_000_000, frame, 10e6), 4);
+        assert_eq!(window_buffers_hold(39_999_999, frame, 10e6), 0);
+        assert_eq!(window_buffers_hold(1, frame, 0.0), usize::MAX);
+        let z = WindowSizer {
+            colours: 6,
+            window_min: 3,
+            window_max: 5,
+            read_bytes_per_s: 0.0,
+            write_bytes_per_s: 100.0,
+            write_factor: 1.0,
+            buffer_window_max: 4,
+        };
+        // Unknown read rate: as wide as writers and buffers allow.
+        assert_eq!(z.choose(1.0, 10.0).size, 4);
+        let small = WindowSizer {
+            buffer_window_max: 2,
+            ..z
+        };
+        assert_eq!(
+            small.choose(1.0, 10.0),
+            WindowChoice {
+                size: 3,
+                partial: true
             }
         );
     }

@@ -112,6 +112,11 @@ pub struct RailsConfig {
     /// GC); `Duration::ZERO` writes at once. Meanwhile its writes are buffered. At most half
     /// the frame.
     pub switch_read_wait: std::time::Duration,
+    /// Size each device's buffer bound every frame by the Rails rule from its measured write
+    /// rate ([`write_buffer_bytes_min`](crate::write_buffer_bytes_min) at the widest window),
+    /// at most `write_buffer_bytes_max` (the memory setting) and at least an eighth of it;
+    /// until a rate is measured the bound is `write_buffer_bytes_max`.
+    pub size_buffers: bool,
     /// Journal records kept of each buffered write, on distinct devices. A power failure
     /// loses every buffer, so a buffered piece then survives as long as one device holding its
     /// record does: with `t + 1` copies it survives any `t` device losses on top of the power
@@ -121,12 +126,38 @@ pub struct RailsConfig {
 }
 
 /// What one device sustains, for sizing the window from measured load.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct AdaptiveWindow {
-    /// Read bytes/s one device serves.
+    /// Read bytes/s one device serves; `None`: not known, and the window is as wide as the
+    /// writes and the buffers allow (reads first).
+    pub read_bytes_per_s: Option<f64>,
+    /// Write bytes/s one device absorbs; `None`: measured from the flushers' passes (a pass
+    /// writes a backlog as fast as the device takes it), and until one is measured the window
+    /// stays at its minimum.
+    pub write_bytes_per_s: Option<f64>,
+    /// The widest window the load may ask for; `None`: the schedule's `window_max`. Below it,
+    /// the schedule's widest window is left for widening past devices out of service.
+    pub window_max: Option<usize>,
+}
+
+/// The load of the last frame, what the devices sustain, and what the buffers need
+/// ([`Rails::load`]).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct FrameLoad {
+    /// Bytes/s read from the devices (buffer hits included) in the last frame.
     pub read_bytes_per_s: f64,
-    /// Write bytes/s one device absorbs.
+    /// Bytes/s written to the devices (every piece, buffered or direct, and journal records).
     pub write_bytes_per_s: f64,
+    /// The write rate of one device, configured or measured (mean of the healthy devices);
+    /// `None` until measured.
+    pub device_write_bytes_per_s: Option<f64>,
+    /// Device bytes/s the writers of the current window absorb: writer devices x the device
+    /// rate. Writes above it fill the buffers.
+    pub write_bound_bytes_per_s: Option<f64>,
+    /// What the Rails rule asks of each buffer at the widest window and the measured rate.
+    pub buffer_bytes_needed: Option<u64>,
+    /// The bound each buffer has now (the largest, where devices differ).
+    pub buffer_bytes_max: u64,
 }
 
 impl RailsConfig {
@@ -144,6 +175,7 @@ impl RailsConfig {
             journal_bytes_max: 512 << 20,
             pace_buffered_writes: true,
             switch_read_wait: std::time::Duration::from_millis(20),
+            size_buffers: false,
             journal_copies: 1,
         }
     }
@@ -218,6 +250,8 @@ pub struct DeviceSnapshot {
     pub role: Role,
     /// Bytes waiting in its buffer.
     pub buffer_bytes: u64,
+    /// Its buffer's bound now ([`RailsConfig::size_buffers`]).
+    pub buffer_bytes_max: u64,
     /// Keys waiting in its buffer.
     pub buffer_keys: usize,
     /// Bytes of journal records kept for its writes (reserved or stored, not yet deleted).
@@ -296,6 +330,8 @@ struct DeviceState {
     /// A replacement being rebuilt: it serves no reads, so it writes whatever its colour's
     /// role ([`Rails::readmit`] to [`Rails::rebuilt`]).
     rebuilding: AtomicBool,
+    /// The device's measured write rate in bytes/s (`f64` bits; 0: not measured yet).
+    write_rate: AtomicU64,
 }
 
 /// Buffered operations a flusher sends to its device at once.
@@ -306,6 +342,9 @@ const DELETE_BATCH_OPS_MAX: usize = 16;
 /// also comes once the applied operations hold a quarter of the write buffer's bound (they
 /// keep their room until then), and at the end of a pass.
 const CHECKPOINT_OPS_MAX: usize = 256;
+/// A flush pass counts as a measurement of its device's write rate once it wrote this much:
+/// shorter ones measure latency more than bandwidth.
+const RATE_SAMPLE_BYTES_MIN: u64 = 1 << 20;
 
 /// What [`Rails::new`] returns: the shared state and the wrapped devices.
 pub type RailsAndDevices = (Arc<Rails>, Vec<Arc<dyn Device>>);
@@ -316,6 +355,8 @@ pub struct Rails {
     /// Frames in which the writes needed more writers than the smallest window leaves
     /// (W > W_sep: separation can only be partial).
     partial_frames: AtomicU64,
+    /// The last frame's load (the window controller's measurement).
+    load: Mutex<FrameLoad>,
     plan: Arc<ScheduledReads>,
     start: Instant,
     devices: Vec<Arc<DeviceState>>,
@@ -447,12 +488,17 @@ impl Rails {
                     reads_done: Notify::new(),
                     writes_released: AtomicBool::new(true),
                     rebuilding: AtomicBool::new(false),
+                    write_rate: AtomicU64::new(0),
                 })
             })
             .collect();
         let rails = Arc::new(Rails {
             cfg,
             partial_frames: AtomicU64::new(0),
+            load: Mutex::new(FrameLoad {
+                buffer_bytes_max: cfg.write_buffer_bytes_max,
+                ..FrameLoad::default()
+            }),
             plan,
             start,
             devices: states,
@@ -473,7 +519,7 @@ impl Rails {
                 }) as Arc<dyn Device>
             })
             .collect();
-        if rails.cfg.separation && rails.cfg.adaptive.is_some() {
+        if rails.cfg.separation {
             tokio::spawn(window_controller(Arc::downgrade(&rails)));
         }
         Ok((rails, wrapped))
@@ -555,6 +601,33 @@ impl Rails {
         self.partial_frames.load(Ordering::Relaxed)
     }
 
+    /// The last frame's load against what the devices and buffers sustain.
+    pub fn load(&self) -> FrameLoad {
+        *self.load.lock().unwrap()
+    }
+
+    /// Device `d`'s write rate as measured by its flusher (bytes/s), if measured yet.
+    pub fn measured_write_rate(&self, d: usize) -> Option<f64> {
+        let r = f64::from_bits(self.devices[d].write_rate.load(Ordering::Relaxed));
+        (r > 0.0).then_some(r)
+    }
+
+    /// Folds one flush pass (`bytes` in `ns`) into device `d`'s measured write rate.
+    fn note_flush_pass(&self, d: usize, bytes: u64, ns: u64) {
+        if bytes < RATE_SAMPLE_BYTES_MIN || ns == 0 {
+            return;
+        }
+        let sample = bytes as f64 * 1e9 / ns as f64;
+        let rate = match self.measured_write_rate(d) {
+            // A moving average: one slow pass (a sync behind, a busy device) moves it a quarter.
+            Some(r) => r + (sample - r) / 4.0,
+            None => sample,
+        };
+        self.devices[d]
+            .write_rate
+            .store(rate.to_bits(), Ordering::Relaxed);
+    }
+
     /// The configuration.
     pub fn config(&self) -> &RailsConfig {
         &self.cfg
@@ -579,6 +652,7 @@ impl Rails {
                 DeviceSnapshot {
                     role: self.role(d),
                     buffer_bytes: b.bytes(),
+                    buffer_bytes_max: b.bytes_max(),
                     buffer_keys: b.len(),
                     journal_bytes: st.journal_bytes.load(Ordering::SeqCst),
                 }
@@ -852,13 +926,13 @@ impl DeviceState {
     }
 }
 
-/// Once per frame: measures the device read and write bytes of the frame that ended and plans
-/// the window two frames ahead (a colour joining then still gets its guard).
+/// Once per frame: measures the device read and write bytes of the frame that ended, sizes the
+/// buffers from the devices' write rates (`size_buffers`), and with `adaptive` plans the
+/// window two frames ahead (a colour joining then still gets its guard).
 async fn window_controller(rails: std::sync::Weak<Rails>) {
     let mut last = (0u64, 0u64);
     loop {
         let Some(r) = rails.upgrade() else { return };
-        let Some(a) = r.cfg.adaptive else { return };
         let now = r.now_ns();
         let (f, next) = r
             .plan
@@ -877,25 +951,139 @@ async fn window_controller(rails: std::sync::Weak<Rails>) {
             (sums.1 - last.1) as f64 / frame_s,
         );
         last = sums;
-        let sched = r.cfg.schedule;
-        let choice = crate::schedule::WindowSizer {
-            colours: sched.colours,
-            window_min: sched.window_min,
-            window_max: sched.window_max,
-            read_bytes_per_s: a.read_bytes_per_s,
-            write_bytes_per_s: a.write_bytes_per_s,
-            // Device bytes already include every piece (and journal record), so each counts once.
-            write_factor: 1.0,
-        }
-        .choose(reads, writes);
-        if choice.partial {
-            r.partial_frames.fetch_add(1, Ordering::Relaxed);
-        }
-        let _ = r
-            .plan
-            .with_schedule(|s| s.set_window_size(f + 2, choice.size, now));
+        r.plan_frame(f, now, reads, writes);
         let deadline = r.start + std::time::Duration::from_nanos(next);
         drop(r);
         tokio::time::sleep_until(deadline).await;
+    }
+}
+
+impl Rails {
+    /// One step of the window controller: the frame `f` now running saw `reads` and `writes`
+    /// device bytes/s.
+    fn plan_frame(&self, f: u64, now: u64, reads: f64, writes: f64) {
+        let sched = self.cfg.schedule;
+        let healthy: Vec<usize> = (0..self.devices.len())
+            .filter(|&d| !self.is_failed(d))
+            .collect();
+        let measured: Vec<f64> = healthy
+            .iter()
+            .filter_map(|&d| self.measured_write_rate(d))
+            .collect();
+        let device_rate = self
+            .cfg
+            .adaptive
+            .and_then(|a| a.write_bytes_per_s)
+            .or_else(|| {
+                (!measured.is_empty()).then(|| measured.iter().sum::<f64>() / measured.len() as f64)
+            });
+        // The Rails rule at the widest window the load may ask for, within the memory setting.
+        let widest = self.cfg.adaptive.map_or(sched.window_min, |a| {
+            a.window_max.unwrap_or(sched.window_max)
+        });
+        let (ceiling, floor) = (
+            self.cfg.write_buffer_bytes_max,
+            self.cfg.write_buffer_bytes_max / 8,
+        );
+        let needed = |rate: f64| crate::schedule::write_buffer_bytes_min(widest, sched.frame, rate);
+        if self.cfg.size_buffers {
+            for (d, st) in self.devices.iter().enumerate() {
+                let bound = self
+                    .measured_write_rate(d)
+                    .map_or(ceiling, |w| needed(w).clamp(floor, ceiling));
+                st.buffer.lock().unwrap().set_bytes_max(bound);
+                st.room.notify_waiters();
+            }
+        }
+        let buffer_bytes_max = self
+            .devices
+            .iter()
+            .map(|st| st.buffer.lock().unwrap().bytes_max())
+            .max()
+            .unwrap_or(ceiling);
+        let per_colour = healthy.len().max(1) as f64 / sched.colours as f64;
+        let window = self.plan.with_schedule(|s| s.window_size(f));
+        *self.load.lock().unwrap() = FrameLoad {
+            read_bytes_per_s: reads,
+            write_bytes_per_s: writes,
+            device_write_bytes_per_s: device_rate,
+            write_bound_bytes_per_s: device_rate
+                .map(|w| w * per_colour * (sched.colours - window) as f64),
+            buffer_bytes_needed: device_rate.map(needed),
+            buffer_bytes_max,
+        };
+        let base = match (self.cfg.adaptive, device_rate) {
+            (Some(a), Some(w)) => self.size_for_load(a, w, reads, writes),
+            _ => sched.window_min,
+        };
+        // A whole rotation ahead, frame by frame: a controller run that comes late (a busy
+        // machine) leaves every frame already planned, failures included.
+        for g in f + 2..f + 2 + sched.colours as u64 {
+            let size = self.widen_past_out_of_service(g, base);
+            let _ = self.plan.with_schedule(|s| s.set_window_size(g, size, now));
+        }
+    }
+
+    /// The window the load asks for (Rails §4.3.1), `w` being one device's write rate; counts
+    /// a partial frame when even the smallest window cannot meet the writes or the buffers.
+    fn size_for_load(&self, a: AdaptiveWindow, w: f64, reads: f64, writes: f64) -> usize {
+        let sched = self.cfg.schedule;
+        let healthy = (0..self.devices.len())
+            .filter(|&d| !self.is_failed(d))
+            .count()
+            .max(1);
+        let per_colour = healthy as f64 / sched.colours as f64;
+        // Writes spread evenly over the healthy devices (placement spreads pieces).
+        let arrival = writes / healthy as f64;
+        let smallest_buffer = self
+            .devices
+            .iter()
+            .map(|st| st.buffer.lock().unwrap().bytes_max())
+            .min()
+            .unwrap_or(self.cfg.write_buffer_bytes_max);
+        let choice = crate::schedule::WindowSizer {
+            colours: sched.colours,
+            window_min: sched.window_min,
+            window_max: a.window_max.unwrap_or(sched.window_max),
+            read_bytes_per_s: a.read_bytes_per_s.unwrap_or(0.0) * per_colour,
+            write_bytes_per_s: w * per_colour,
+            // Device bytes already include every piece (and journal record), so each counts once.
+            write_factor: 1.0,
+            buffer_window_max: crate::schedule::window_buffers_hold(
+                smallest_buffer,
+                sched.frame,
+                arrival,
+            ),
+        }
+        .choose(reads, writes);
+        if choice.partial {
+            self.partial_frames.fetch_add(1, Ordering::Relaxed);
+        }
+        choice.size
+    }
+
+    /// The window of frame `f` widened past colours with a device out of service (failed, or
+    /// a replacement being rebuilt, which reads nothing) until it holds `base` colours whose
+    /// devices all read, within the schedule's widest window (Rails §4.2.1: degraded
+    /// operation keeps separating on the devices left). Without it a group missing a reader
+    /// has one live reader fewer than the window, and a split object's k-th piece comes from
+    /// a writer.
+    fn widen_past_out_of_service(&self, f: u64, base: usize) -> usize {
+        let sched = self.cfg.schedule;
+        let mut out = vec![false; sched.colours];
+        for (d, st) in self.devices.iter().enumerate() {
+            if self.is_failed(d) || st.rebuilding.load(Ordering::SeqCst) {
+                out[self.plan.colour_of(d)] = true;
+            }
+        }
+        let start = self.plan.with_schedule(|s| s.window_start(f));
+        let (mut size, mut live) = (0, 0);
+        while live < base && size < sched.window_max {
+            if !out[(start + size) % sched.colours] {
+                live += 1;
+            }
+            size += 1;
+        }
+        size.max(base)
     }
 }

@@ -298,6 +298,8 @@ struct Setup {
     copies: usize,
     colours: usize,
     window: usize,
+    /// The window moves between 1 and 2 readers with the load (fixed device rates).
+    adaptive: bool,
     buffer_bytes: u64,
     partial: bool,
     journal_bytes: u64,
@@ -314,11 +316,16 @@ fn config(s: &Setup, durability: Durability) -> RailsConfig {
         durability,
         journal_bytes_max: s.journal_bytes,
         journal_copies: s.copies,
+        adaptive: s.adaptive.then_some(railstore_rails::AdaptiveWindow {
+            read_bytes_per_s: Some(5_000.0),
+            write_bytes_per_s: Some(20_000.0),
+            window_max: None,
+        }),
         ..RailsConfig::new(ScheduleConfig {
             colours: s.colours,
             frame: Duration::from_millis(100),
-            window_min: s.window,
-            window_max: s.window,
+            window_min: if s.adaptive { 1 } else { s.window },
+            window_max: if s.adaptive { 2 } else { s.window },
             guard: Duration::from_millis(10),
         })
     }
@@ -377,6 +384,8 @@ struct Totals {
     crashes_in_sync: u64,
     recoveries_cut: u64,
     synced_while_buffered: u64,
+    /// Window sizes seen (bit s) in adaptive seeds.
+    adaptive_windows: u32,
 }
 
 /// One seed: several boots, each running random operations until the power is cut.
@@ -385,6 +394,7 @@ async fn run(seed: u64, totals: &mut Totals) {
     let setup = Setup {
         // From the seed, not the generator, so earlier seeds replay as they did.
         copies: 1 + (seed % 3) as usize,
+        adaptive: (seed / 3) % 2 == 1,
         devices: [3, 6][rng.gen_range(0..2)],
         colours: 3,
         window: rng.gen_range(1..=2),
@@ -434,6 +444,9 @@ async fn run(seed: u64, totals: &mut Totals) {
             if machine.is_off() {
                 totals.crashes_in_sync += 1;
                 break;
+            }
+            if setup.adaptive {
+                totals.adaptive_windows |= 1 << rails.window_size();
             }
             let d = rng.gen_range(0..setup.devices);
             let key = format!("k{}", rng.gen_range(0..setup.keys)).into_bytes();
@@ -556,6 +569,8 @@ async fn acknowledged_synced_writes_survive_power_cuts() {
     assert!(totals.crashes_in_sync > 5, "{totals:?}");
     assert!(totals.recoveries_cut > 5, "{totals:?}");
     assert!(totals.synced_while_buffered > 20, "{totals:?}");
+    // The adaptive seeds' window moved with the load.
+    assert_eq!(totals.adaptive_windows, 0b110, "{totals:?}");
 }
 
 fn three_colours() -> ScheduleConfig {

@@ -298,8 +298,9 @@ async fn the_window_follows_the_measured_load() {
         .collect();
     let cfg = RailsConfig {
         adaptive: Some(AdaptiveWindow {
-            read_bytes_per_s: 100_000.0,
-            write_bytes_per_s: 100_000.0,
+            read_bytes_per_s: Some(100_000.0),
+            write_bytes_per_s: Some(100_000.0),
+            window_max: None,
         }),
         ..RailsConfig::new(ScheduleConfig {
             colours: 4,

@@ -4,6 +4,7 @@ mod admin_cmd;
 mod mttdl_cmd;
 mod repair_bench_cmd;
 mod s3_bench_cmd;
+mod scale_bench_cmd;
 mod server_cmd;
 mod sim_cmd;
 mod volume_bench_cmd;
@@ -90,6 +91,9 @@ enum BenchCommand {
     /// A device failed and rebuilt while the server serves an S3 load: client latency during
     /// the rebuild against without, and the throttled rebuild's rate against the unthrottled.
     Repair(Box<repair_bench_cmd::RepairBenchArgs>),
+    /// Memory per object by layer, bytes on disk, restart and listing time, GET and PUT rates
+    /// as the object count grows, extrapolated to 10^9 objects.
+    Scale(Box<scale_bench_cmd::ScaleBenchArgs>),
     /// The Ceph SSD study on block volumes: fio (nbd engine) or the own generator, sequential
     /// and random reads and writes per request size for rep3, RS(6,3) and RS(10,4); MB/s,
     /// IOPS, latency, CPU user/system per GB, context switches per MB, device amplification.
@@ -137,6 +141,7 @@ fn main() -> anyhow::Result<()> {
             BenchCommand::Mixed(args) => railstore_bench::mixed::run(&args),
             BenchCommand::S3(args) => s3_bench_cmd::run(&args),
             BenchCommand::Repair(args) => repair_bench_cmd::run(&args),
+            BenchCommand::Scale(args) => scale_bench_cmd::run(&args),
             BenchCommand::CephStudy(args) => volume_bench_cmd::ceph_study(&args),
             BenchCommand::VolumeTrace(args) => volume_bench_cmd::volume_trace(&args),
         },

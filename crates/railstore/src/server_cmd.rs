@@ -421,8 +421,11 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
             Some(s) => tracing::info!(
                 frame_ms = s.frame.as_millis() as u64,
                 window = s.window,
+                window_max = status.window.as_ref().map_or(s.window, |w| w.size_range.1),
+                adaptive = s.adaptive,
                 guard_ms = s.guard.as_millis() as u64,
                 write_buffer_bytes_max = s.write_buffer_bytes_max,
+                partial_when_full = s.partial_when_full,
                 "read/write separation on"
             ),
             None => tracing::info!("read/write separation off"),
@@ -682,16 +685,38 @@ fn print_status(s: &StoreStatus) {
     println!("data folder  {}", s.data_dir);
     println!("policy       {}", s.policy);
     match &s.window {
-        Some(w) => println!(
-            "separation   on: {} of {} colours read, {} ms frames, {} partial frames; reads \
-             outside the window: {} serving reads, {} by writes and background work",
-            w.size,
-            w.colours,
-            w.frame_ms,
-            w.partial_frames,
-            w.off_window_reads,
-            w.off_window_other_reads
-        ),
+        Some(w) => {
+            println!(
+                "separation   on: {} of {} colours read{}, {} ms frames, {} partial frames; \
+                 reads outside the window: {} serving reads, {} by writes and background work",
+                w.size,
+                w.colours,
+                if w.adaptive {
+                    format!(" (adaptive, {}-{})", w.size_range.0, w.size_range.1)
+                } else {
+                    String::new()
+                },
+                w.frame_ms,
+                w.partial_frames,
+                w.off_window_reads,
+                w.off_window_other_reads
+            );
+            let mb = |b: u64| format!("{:.1} MB/s", b as f64 / 1e6);
+            println!(
+                "writes       {} to the devices, writers absorb {}; device rate {}; buffers \
+                 {} MiB each{}",
+                mb(w.write_bytes_per_s),
+                w.write_bound_bytes_per_s
+                    .map_or("(not measured yet)".into(), mb),
+                w.device_write_bytes_per_s
+                    .map_or("(not measured yet)".into(), mb),
+                w.buffer_bytes_max >> 20,
+                w.buffer_bytes_needed.map_or(String::new(), |n| format!(
+                    " (the Rails rule asks {} MiB)",
+                    n.div_ceil(1 << 20)
+                ))
+            );
+        }
         None => println!("separation   {}", if s.separation { "on" } else { "off" }),
     }
     if let Some((id, epoch)) = &s.array {

@@ -443,6 +443,19 @@ fn a_device_is_failed_and_replaced_on_a_running_server() {
     );
     assert_eq!(s["window"]["colours"], 6, "{body}");
     assert_eq!(s["window"]["size"], 3, "{body}");
+    // Adaptive by default; with six devices and three journal copies the load keeps it at 3
+    // (4 only past a failed device), and each buffer's bound (the memory setting until a rate
+    // is measured) is shown per device.
+    assert_eq!(s["window"]["adaptive"], true, "{body}");
+    assert_eq!(
+        s["window"]["size_range"],
+        serde_json::json!([3, 4]),
+        "{body}"
+    );
+    assert!(
+        metrics.contains("railstore_rails_buffer_bytes_max{device=\"0\"}"),
+        "{metrics}"
+    );
     // A scrub on request finds the rebuilt array whole, and keeps its report.
     let (ok, out) = with(&["repair", "scrub"]);
     assert!(ok && out.contains("the scrub: finished"), "{out}");

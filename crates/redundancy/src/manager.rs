@@ -226,6 +226,31 @@ impl Manager {
         &self.inner.config
     }
 
+    /// Bytes of memory the manager's own maps hold (the metadata cache of objects read or
+    /// written, and the writes in progress), by the estimates of `railstore_device::memory`.
+    /// The devices' memory is theirs: [`railstore_device::Device::memory_bytes`].
+    pub fn memory_bytes(&self) -> u64 {
+        use railstore_device::memory::{hash_entry, heap};
+        let slot = std::mem::size_of::<Vec<u8>>();
+        let cache: u64 = self
+            .inner
+            .cache
+            .lock()
+            .unwrap()
+            .keys()
+            .map(|k| hash_entry(slot + std::mem::size_of::<ObjectMeta>()) + heap(k.len()))
+            .sum();
+        let writing: u64 = self
+            .inner
+            .writing
+            .lock()
+            .unwrap()
+            .keys()
+            .map(|k| hash_entry(slot + std::mem::size_of::<Writing>()) + heap(k.len()))
+            .sum();
+        cache + writing
+    }
+
     /// Longest user key.
     pub fn key_bytes_max(&self) -> usize {
         self.inner.key_bytes_max

@@ -175,6 +175,8 @@ impl SimConfig {
         c.separation = self.separation.then_some(SeparationConfig {
             frame,
             window: self.policy.window(),
+            window_max: None,
+            adaptive: true,
             guard: Duration::from_millis(20),
             write_buffer_bytes_max: 1 << 20,
             partial_when_full: false,

@@ -179,6 +179,10 @@ impl Device for Gate {
         self.inner.compact(budget_bytes).await
     }
 
+    fn memory_bytes(&self) -> u64 {
+        self.inner.memory_bytes()
+    }
+
     fn limits(&self) -> Limits {
         self.inner.limits()
     }

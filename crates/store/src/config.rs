@@ -41,8 +41,17 @@ pub struct DevicesConfig {
 pub struct SeparationConfig {
     /// Frame length T.
     pub frame: Duration,
-    /// Colours serving reads at once (at least the k of the widest erasure code).
+    /// Colours serving reads at once (at least the k of the widest erasure code); with
+    /// `adaptive`, the fewest.
     pub window: usize,
+    /// With `adaptive`, the most colours serving reads at once; `None`: the group width less
+    /// two (two writer colours, so a guard never leaves the writes without one), or `window`
+    /// if that is more.
+    pub window_max: Option<usize>,
+    /// The window follows the load each frame (Rails §4.3.1: as wide as the writes and the
+    /// buffers allow, down to `window`), and each buffer's bound follows its device's measured
+    /// write rate by the Rails rule, at most `write_buffer_bytes_max` (docs/rails.md).
+    pub adaptive: bool,
     /// How long before joining the window a device stops taking writes.
     pub guard: Duration,
     /// Bound of each device's write buffer.
@@ -53,6 +62,31 @@ pub struct SeparationConfig {
     /// tolerance + 1, which keeps that tolerance through a power failure. Fewer trade that
     /// guarantee for journal writes.
     pub journal_copies: Option<usize>,
+}
+
+impl SeparationConfig {
+    /// Journal copies of each buffered write for a policy that tolerates `tolerance` losses.
+    pub fn copies(&self, tolerance: usize) -> usize {
+        self.journal_copies.unwrap_or(tolerance + 1).max(1)
+    }
+
+    /// Writer colours a window must leave: two, so that a guard never leaves the writes
+    /// without one, and enough for every buffered write's journal copies on writers other
+    /// than its own device (a write short of them waits a frame for new writers).
+    fn writer_colours(&self, width: usize, devices: usize, tolerance: usize) -> usize {
+        let per_colour = (devices / width.max(1)).max(1);
+        self.copies(tolerance).div_ceil(per_colour).max(2)
+    }
+
+    /// The widest window in groups of `width` colours over `devices` devices.
+    pub fn window_max_in(&self, width: usize, devices: usize, tolerance: usize) -> usize {
+        if !self.adaptive {
+            return self.window;
+        }
+        self.window_max
+            .unwrap_or(width.saturating_sub(self.writer_colours(width, devices, tolerance)))
+            .max(self.window)
+    }
 }
 
 /// Online repair: how a device that lost its data is noticed, and how hard a rebuild while
@@ -153,9 +187,11 @@ impl Default for StoreConfig {
             separation: Some(SeparationConfig {
                 frame: Duration::from_secs(2),
                 window: 3,
+                window_max: None,
+                adaptive: true,
                 guard: Duration::from_millis(50),
                 write_buffer_bytes_max: 256 << 20,
-                partial_when_full: false,
+                partial_when_full: true,
                 journal_copies: None,
             }),
             inline_bytes_max: 64 << 10,
@@ -254,10 +290,17 @@ mechanism = "split3+3"
 enabled = true
 frame_ms = 2000
 window = 3
+# The window follows the load (as wide as the writes and buffers allow, from `window` up to
+# `window_max`), and each device's buffer bound follows its measured write rate (Rails rule),
+# at most `write_buffer_bytes_max`. Left out, `window_max` leaves two writer colours and
+# writers enough for the journal copies: 3 here (six devices, 3 copies), 4 with twelve.
+adaptive = true
+# window_max = 3
 guard_ms = 50
 write_buffer_bytes_max = 268435456
-# Write to a reader when its buffer is full instead of making writers wait.
-partial_when_full = false
+# Write to a reader when its buffer is full instead of making writers wait (partial
+# separation: writes keep their rate, reads on that device see them).
+partial_when_full = true
 # Journal copies of each buffered write, on distinct devices. Left out: the policy's tolerance
 # + 1 (3 here), so a power failure plus that many lost devices loses nothing acknowledged.
 # journal_copies = 3
@@ -319,6 +362,8 @@ struct SeparationSection {
     enabled: Option<bool>,
     frame_ms: Option<u64>,
     window: Option<usize>,
+    window_max: Option<usize>,
+    adaptive: Option<bool>,
     guard_ms: Option<u64>,
     write_buffer_bytes_max: Option<u64>,
     partial_when_full: Option<bool>,
@@ -371,6 +416,8 @@ impl StoreConfig {
                 Some(SeparationConfig {
                     frame: s.frame_ms.map_or(base.frame, Duration::from_millis),
                     window: s.window.unwrap_or(base.window),
+                    window_max: s.window_max.or(base.window_max),
+                    adaptive: s.adaptive.unwrap_or(base.adaptive),
                     guard: s.guard_ms.map_or(base.guard, Duration::from_millis),
                     write_buffer_bytes_max: s
                         .write_buffer_bytes_max
@@ -473,6 +520,18 @@ impl StoreConfig {
                     s.window
                 )));
             }
+            if let Some(max) = s.window_max.filter(|_| s.adaptive) {
+                let writers = s.writer_colours(width, n, self.tolerance());
+                if max < s.window || max + writers > width {
+                    return Err(StoreError::Config(format!(
+                        "separation window_max {max} must be at least window ({}) and leave \
+                         {writers} of the {width} colours writing (two, and enough devices for \
+                         the {} journal copies of each buffered write)",
+                        s.window,
+                        s.copies(self.tolerance())
+                    )));
+                }
+            }
             // Every window position must hold enough pieces of every mechanism on readers
             // (one copy, a packed member's home or pointer, k shards), or reads go to writers.
             // Hashing keeps one piece: its reads go wherever that piece is.
@@ -538,6 +597,54 @@ mod tests {
         let e = StoreConfig::from_toml(narrow).unwrap_err();
         assert!(e.to_string().contains("a window of 4 is needed"), "{e}");
         StoreConfig::from_toml(&narrow.replace("window = 3", "window = 4")).unwrap();
+    }
+
+    #[test]
+    fn the_widest_window_leaves_writers_for_the_journal_copies() {
+        let c = StoreConfig::default();
+        let s = c.separation.unwrap();
+        // Six devices, 3 copies: three writer colours, so the window stays at 3.
+        assert_eq!(s.window_max_in(6, 6, c.tolerance()), 3);
+        // Twelve: two devices per colour, two writer colours hold the copies.
+        assert_eq!(s.window_max_in(6, 12, c.tolerance()), 4);
+        // One copy: two writer colours all the same (a guard must leave one).
+        let one = SeparationConfig {
+            journal_copies: Some(1),
+            ..s
+        };
+        assert_eq!(one.window_max_in(6, 6, c.tolerance()), 4);
+        let fixed = SeparationConfig {
+            adaptive: false,
+            ..one
+        };
+        assert_eq!(fixed.window_max_in(6, 6, c.tolerance()), 3);
+        let e = StoreConfig::from_toml(
+            "[separation]
+window_max = 4
+",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("leave 3 of the 6 colours writing"),
+            "{e}"
+        );
+        let c = StoreConfig::from_toml(
+            "[devices]
+count = 12
+[separation]
+window_max = 4
+",
+        )
+        .unwrap();
+        assert_eq!(c.separation.unwrap().window_max, Some(4));
+        let e = StoreConfig::from_toml(
+            "[separation]
+window = 3
+window_max = 2
+",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("at least window (3)"), "{e}");
     }
 
     #[test]

@@ -74,6 +74,29 @@ pub struct WindowStatus {
     pub off_window_reads: u64,
     /// Reads by writes, deletes and background work that did, since start.
     pub off_window_other_reads: u64,
+    /// The window follows the load (and the buffers the device rate).
+    #[serde(default)]
+    pub adaptive: bool,
+    /// The fewest and most colours the window may have (the most: what the load may ask for,
+    /// or the window widened past a failed device, whichever is more).
+    #[serde(default)]
+    pub size_range: (usize, usize),
+    /// Device bytes/s written in the last frame (every piece and journal record).
+    #[serde(default)]
+    pub write_bytes_per_s: u64,
+    /// Device bytes/s the writers of the current window absorb (measured device write rate
+    /// x writer devices); `None` until a device's rate is measured.
+    #[serde(default)]
+    pub write_bound_bytes_per_s: Option<u64>,
+    /// One device's write rate, measured by its flusher (mean of the healthy devices).
+    #[serde(default)]
+    pub device_write_bytes_per_s: Option<u64>,
+    /// What the Rails rule asks of each buffer at the widest window.
+    #[serde(default)]
+    pub buffer_bytes_needed: Option<u64>,
+    /// Each buffer's bound now (the largest).
+    #[serde(default)]
+    pub buffer_bytes_max: u64,
 }
 
 /// The whole store as `railstore status` shows it.
@@ -166,6 +189,7 @@ impl Store {
                         .map(|d| f(r.counters(d)).load(Ordering::Relaxed))
                         .sum()
                 };
+                let load = r.load();
                 WindowStatus {
                     colours: r.config().schedule.colours,
                     size: r.window_size(),
@@ -173,6 +197,16 @@ impl Store {
                     partial_frames: r.partial_frames(),
                     off_window_reads: sum(&|c| &c.off_window_reads),
                     off_window_other_reads: sum(&|c| &c.off_window_other_reads),
+                    adaptive: r.config().adaptive.is_some(),
+                    size_range: (
+                        r.config().schedule.window_min,
+                        r.config().schedule.window_max,
+                    ),
+                    write_bytes_per_s: load.write_bytes_per_s as u64,
+                    write_bound_bytes_per_s: load.write_bound_bytes_per_s.map(|b| b as u64),
+                    device_write_bytes_per_s: load.device_write_bytes_per_s.map(|b| b as u64),
+                    buffer_bytes_needed: load.buffer_bytes_needed,
+                    buffer_bytes_max: load.buffer_bytes_max,
                 }
             }),
             array: inner
@@ -517,6 +551,35 @@ impl Store {
                 "gauge",
                 "Colours serving reads now.",
                 &[(String::new(), r.window_size() as u64)],
+            );
+            let load = r.load();
+            let gauges = [
+                (
+                    "rails_write_bytes_per_second",
+                    "Device bytes written per second in the last frame (pieces and journal).",
+                    Some(load.write_bytes_per_s),
+                ),
+                (
+                    "rails_write_bound_bytes_per_second",
+                    "Device bytes per second the writers of the current window absorb.",
+                    load.write_bound_bytes_per_s,
+                ),
+                (
+                    "rails_device_write_bytes_per_second",
+                    "One device's write rate as the flushers measured it.",
+                    load.device_write_bytes_per_s,
+                ),
+            ];
+            for (name, help, value) in gauges {
+                if let Some(v) = value {
+                    metric(name, "gauge", help, &[(String::new(), v as u64)]);
+                }
+            }
+            metric(
+                "rails_buffer_bytes_max",
+                "gauge",
+                "This device's write buffer bound now.",
+                &c(&|d| journal[d].buffer_bytes_max),
             );
             metric(
                 "rails_partial_frames_total",

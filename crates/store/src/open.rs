@@ -13,7 +13,7 @@ use crate::scrubber::scrub_schedule;
 use crate::store::{reaper, Committer, Inner, State, Store, CLEAN_MARKER, RECORD_LOCK_STRIPES};
 use railstore_device::{Device, DeviceSlot, MemConfig, MemDevice, RetryingDevice};
 use railstore_placement::Layout;
-use railstore_rails::{RailsConfig, ScheduleConfig};
+use railstore_rails::{AdaptiveWindow, RailsConfig, ScheduleConfig};
 use std::fs::File;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -197,20 +197,29 @@ impl Store {
         };
         let rails_cfg = match &config.separation {
             Some(s) => {
+                let widest = s.window_max_in(layout.width(), raw.len(), tolerance);
                 let base = RailsConfig::new(ScheduleConfig {
                     colours: layout.width(),
                     frame: s.frame,
                     window_min: s.window,
-                    window_max: s.window,
+                    // Room to widen past a failed device's colour (rails keeps the window's
+                    // live readers); the load itself asks for at most `widest`.
+                    window_max: widest.max(layout.width().saturating_sub(2)),
                     guard: s.guard,
                 });
                 // A power failure loses every buffer: each buffered piece's journal record on
                 // tolerance + 1 devices keeps the tolerance through it. The journal's bound
                 // grows with the copies, so it does not bind before the buffers do.
-                let copies = s.journal_copies.unwrap_or(tolerance + 1).max(1);
+                let copies = s.copies(tolerance);
                 RailsConfig {
                     write_buffer_bytes_max: s.write_buffer_bytes_max,
                     partial_when_full: s.partial_when_full,
+                    // Device rates measured by the flushers; no read rate: reads first.
+                    adaptive: s.adaptive.then_some(AdaptiveWindow {
+                        window_max: Some(widest),
+                        ..AdaptiveWindow::default()
+                    }),
+                    size_buffers: s.adaptive,
                     journal_copies: copies,
                     journal_bytes_max: base.journal_bytes_max * copies as u64,
                     ..base

@@ -332,6 +332,10 @@ impl Device for Separated {
         self.st().inner.compact(budget_bytes).await
     }
 
+    fn memory_bytes(&self) -> u64 {
+        self.st().inner.memory_bytes()
+    }
+
     /// The device's limits; with the journal, values are shorter by a journal record's
     /// overhead and the longest key, so every value this device accepts can be journalled on
     /// any device of the array.

@@ -85,7 +85,8 @@ impl Rails {
                 }
                 continue;
             }
-            if ops >= CHECKPOINT_OPS_MAX || bytes >= self.cfg.write_buffer_bytes_max / 4 {
+            let bound = st.buffer.lock().unwrap().bytes_max();
+            if ops >= CHECKPOINT_OPS_MAX || bytes >= bound / 4 {
                 self.checkpoint(d).await?;
                 (ops, bytes) = (0, 0);
             }
@@ -230,7 +231,17 @@ pub(super) async fn flusher(rails: std::sync::Weak<Rails>, d: usize) {
                 let r = r.clone();
                 move || r.role(d) == Role::Writer
             };
-            if let Err(e) = r.flush_all(d, Some(&check)).await {
+            let (started, flushed) = (
+                r.now_ns(),
+                st.counters.flushed_bytes.load(Ordering::Relaxed),
+            );
+            let pass = r.flush_all(d, Some(&check)).await;
+            if pass.is_ok() {
+                // A backlog written as fast as the device takes it measures its write rate.
+                let bytes = st.counters.flushed_bytes.load(Ordering::Relaxed) - flushed;
+                r.note_flush_pass(d, bytes, r.now_ns() - started);
+            }
+            if let Err(e) = pass {
                 tracing::warn!(device = d, error = %e, "flush failed; retrying at the next role change");
                 failed_now = true;
             } else if r.cfg.compact_budget_bytes > 0

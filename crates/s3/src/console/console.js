@@ -165,8 +165,12 @@ function drawSummary(status) {
   set("uploads", status.uploads);
   const w = status.window;
   set("separation", w
-    ? `on: ${w.size} of ${w.colours} colours read, ${w.frame_ms} ms frames, ` +
-      `${w.off_window_reads} reads outside the window`
+    ? `on: ${w.size} of ${w.colours} colours read` +
+      (w.adaptive ? ` (adaptive, ${w.size_range[0]}-${w.size_range[1]})` : "") +
+      `, ${w.frame_ms} ms frames, ${w.off_window_reads} reads outside the window; writes ` +
+      `${bytes(w.write_bytes_per_s)}/s of ` +
+      (w.write_bound_bytes_per_s == null ? "(rate not measured yet)"
+        : `${bytes(w.write_bound_bytes_per_s)}/s the writers absorb`)
     : (status.separation ? "on (readers never write)" : "off"));
   const serving = status.devices.filter(d => d.healthy).length;
   set("in-service", `${serving} of ${status.devices.length}`);

@@ -53,6 +53,8 @@ pub async fn start_configured(separation: bool, tweak: impl FnOnce(&mut S3Config
         separation: separation.then_some(SeparationConfig {
             frame: Duration::from_millis(500),
             window: 3,
+            window_max: None,
+            adaptive: true,
             guard: Duration::from_millis(20),
             write_buffer_bytes_max: 256 << 20,
             partial_when_full: false,

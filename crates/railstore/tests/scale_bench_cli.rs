@@ -1,0 +1,59 @@
+//! `railstore bench scale` end to end: objects loaded in two steps into an in-process store,
+//! each step's memory by layer, disk, listing, rates and restart reported.
+
+use std::process::Command;
+
+#[test]
+fn bench_scale_reports_every_layer_at_every_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let plots = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
+        .args(["bench", "scale", "--quick", "--clients", "4", "--json", "-"])
+        .arg("--path")
+        .arg(dir.path())
+        .arg("--plots")
+        .arg(plots.path())
+        .output()
+        .expect("running railstore");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "railstore bench scale failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let r: serde_json::Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{stdout}\nstderr:\n{stderr}"));
+    assert!(stderr.contains("B/obj process"), "no table:\n{stderr}");
+    let steps = r["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2, "{r:#}");
+    for (s, n) in steps.iter().zip([300u64, 1200]) {
+        assert_eq!(s["objects"], n, "{r:#}");
+        // Objects of 100 B to 4 KiB are rep3 under the embedded default; the listing saw all.
+        assert_eq!(s["mechanisms"]["rep3"], n, "{r:#}");
+        for layer in ["store_index", "manager", "devices"] {
+            for when in ["memory", "memory_after_restart"] {
+                let b = s[when][layer].as_f64().unwrap();
+                assert!(b > 0.0, "{when}.{layer}: {r:#}");
+            }
+        }
+        // An index entry holds at least its key twice (map and metadata) and its ETag.
+        assert!(s["memory"]["store_index"].as_f64().unwrap() > 64.0, "{r:#}");
+        // Three copies of at least 100 bytes each.
+        assert!(
+            s["disk_bytes_per_object"].as_f64().unwrap() > 300.0,
+            "{r:#}"
+        );
+        for f in ["get_per_s", "put_per_s", "restart_s", "load_per_s"] {
+            assert!(s[f].as_f64().unwrap() > 0.0, "{f}: {r:#}");
+        }
+    }
+    assert_eq!(r["extrapolation"]["from"], serde_json::json!([300, 1200]));
+    // Plots where a font is installed (CI installs one); said otherwise.
+    let drawn = std::fs::read_dir(plots.path()).unwrap().count();
+    assert!(
+        drawn == 6 || stderr.contains("plots skipped"),
+        "{drawn} plot files:\n{stderr}"
+    );
+    // The temporary data folder is gone.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
