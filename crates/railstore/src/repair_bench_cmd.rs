@@ -11,7 +11,7 @@
 //! steps 2 and 3, and the two ratios the issue names: GET p99 during the rebuild against the
 //! baselines, and the throttled rebuild rate against the unthrottled one.
 
-use crate::s3_bench_cmd::{describe_store, read_store_config, InProcess, TempDir};
+use crate::s3_bench_cmd::{describe_store, emit_report, read_store_config, InProcess, TempDir};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use railstore_bench::s3load::{self, LoadArgs, RunResult, Session, Workload};
@@ -187,22 +187,7 @@ pub fn run(args: &RepairBenchArgs) -> Result<()> {
     drop(rt);
     drop(dir);
     let report = report?;
-    // A bare `--json -` keeps stdout for the JSON.
-    let table = render(&report);
-    if args.json.as_deref() == Some(std::path::Path::new("-")) {
-        eprint!("{table}");
-    } else {
-        print!("{table}");
-    }
-    if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&report)?;
-        if path.as_os_str() == "-" {
-            println!("{text}");
-        } else {
-            std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
-        }
-    }
-    Ok(())
+    emit_report(&render(&report), args.json.as_deref(), &report)
 }
 
 async fn measure(

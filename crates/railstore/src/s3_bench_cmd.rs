@@ -88,6 +88,30 @@ impl Drop for TempDir {
     }
 }
 
+/// Prints a benchmark's table and writes its report as JSON to `json` (`-`: stdout, and then
+/// the table goes to stderr so stdout stays JSON).
+pub(crate) fn emit_report<T: serde::Serialize>(
+    table: &str,
+    json: Option<&Path>,
+    report: &T,
+) -> Result<()> {
+    let to_stdout = json == Some(Path::new("-"));
+    if to_stdout {
+        eprint!("{table}");
+    } else {
+        print!("{table}");
+    }
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(report)?;
+        if to_stdout {
+            println!("{text}");
+        } else {
+            std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
 /// A benchmark's store configuration: the file's without its `[server]` table, or the
 /// embedded default.
 pub(crate) fn read_store_config(path: Option<&Path>) -> Result<StoreConfig> {

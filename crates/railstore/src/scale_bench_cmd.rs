@@ -12,7 +12,7 @@
 //! then fits a line through the last two steps and extrapolates to 10^9 objects, and draws
 //! each figure against the count.
 
-use crate::s3_bench_cmd::{describe_store, read_store_config, TempDir};
+use crate::s3_bench_cmd::{describe_store, emit_report, read_store_config, TempDir};
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use railstore_bench::plot::{parse_bytes, Chart, Series, XAxis};
@@ -182,20 +182,7 @@ pub fn run(args: &ScaleBenchArgs) -> Result<()> {
     drop(rt);
     drop(dir);
     let report = report?;
-    let table = render(&report);
-    if args.json.as_deref() == Some(Path::new("-")) {
-        eprint!("{table}");
-    } else {
-        print!("{table}");
-    }
-    if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&report)?;
-        if path == Path::new("-") {
-            println!("{text}");
-        } else {
-            std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
-        }
-    }
+    emit_report(&render(&report), args.json.as_deref(), &report)?;
     if let Some(dir) = &args.plots {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         match plot(&report, dir) {
