@@ -819,7 +819,16 @@ impl Rails {
     /// Makes every write acknowledged to `d` durable (see [`Separated::sync`]).
     async fn sync_target(&self, d: usize) -> Result<(), DeviceError> {
         // A journal device failing meanwhile drops its records; they are written again
-        // elsewhere and the round repeats (a few times: a power failure fails everything).
+        // elsewhere and the round repeats. Copies that were in flight to a device when it
+        // failed land there afterwards and are lost one round later, so a round only counts
+        // against the limit when a device failed during it: each device fails once, so the
+        // loop ends (and a power failure, failing everything, ends it at once).
+        let failed_now = || {
+            (0..self.devices.len())
+                .filter(|&x| self.is_failed(x))
+                .count()
+        };
+        let mut failures_seen = failed_now();
         let mut rounds = 0;
         loop {
             self.rejournal_lost(d).await?;
@@ -843,15 +852,19 @@ impl Rails {
                     lost_one.get_or_insert(e);
                 }
             }
-            match lost_one {
-                None if self.devices[d].lost.lock().unwrap().is_empty() => return Ok(()),
-                Some(e) if rounds >= 2 => return Err(e),
-                _ if rounds >= 2 => {
-                    return Err(DeviceError::Failed {
-                        reason: "journal devices kept failing during sync",
-                    })
-                }
-                _ => rounds += 1,
+            let lost_none = self.devices[d].lost.lock().unwrap().is_empty();
+            if lost_one.is_none() && lost_none {
+                return Ok(());
+            }
+            let failures = failed_now();
+            if failures > failures_seen {
+                failures_seen = failures;
+                rounds += 1;
+            }
+            if rounds > self.devices.len() {
+                return Err(lost_one.unwrap_or(DeviceError::Failed {
+                    reason: "journal devices kept failing during sync",
+                }));
             }
         }
     }

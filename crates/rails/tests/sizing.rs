@@ -1,11 +1,10 @@
 //! Buffers and the window sized from the devices' measured write rate (Rails §4.2.2, §4.3.1),
 //! in virtual time over devices that take writes at a fixed rate.
 
-use async_trait::async_trait;
-use railstore_device::{
-    CompactStats, Device, DeviceInfo, IterBatch, IterRequest, Limits, MemConfig, MemDevice,
-    ReadRange, Retrieved, StoreMode,
-};
+mod common;
+
+use common::Timed;
+use railstore_device::{Device, StoreMode};
 use railstore_rails::{
     write_buffer_bytes_min, AdaptiveWindow, Rails, RailsConfig, Role, ScheduleConfig,
 };
@@ -14,59 +13,19 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// A device that writes one value at a time at `bytes_per_s`.
-struct Throttled {
-    inner: MemDevice,
-    bytes_per_s: f64,
-    free_at: Mutex<Option<Instant>>,
-}
-
-impl Throttled {
-    fn new(bytes_per_s: f64) -> Arc<Throttled> {
-        Arc::new(Throttled {
-            inner: MemDevice::new(MemConfig::default()).unwrap(),
-            bytes_per_s,
-            free_at: Mutex::new(None),
-        })
-    }
-}
-
-#[async_trait]
-impl Device for Throttled {
-    async fn store(&self, k: &[u8], v: &[u8], m: StoreMode) -> railstore_device::Result<()> {
-        let done = {
-            let mut f = self.free_at.lock().unwrap();
-            let start = f.map_or(Instant::now(), |t| t.max(Instant::now()));
-            let t = start + Duration::from_secs_f64(v.len() as f64 / self.bytes_per_s);
-            *f = Some(t);
-            t
-        };
-        tokio::time::sleep_until(done).await;
-        self.inner.store(k, v, m).await
-    }
-    async fn retrieve(&self, k: &[u8], r: ReadRange) -> railstore_device::Result<Retrieved> {
-        self.inner.retrieve(k, r).await
-    }
-    async fn delete(&self, k: &[u8], must: bool) -> railstore_device::Result<bool> {
-        self.inner.delete(k, must).await
-    }
-    async fn exist(&self, keys: &[&[u8]]) -> railstore_device::Result<Vec<bool>> {
-        self.inner.exist(keys).await
-    }
-    async fn iterate(&self, req: &IterRequest) -> railstore_device::Result<IterBatch> {
-        self.inner.iterate(req).await
-    }
-    async fn info(&self) -> railstore_device::Result<DeviceInfo> {
-        self.inner.info().await
-    }
-    async fn sync(&self) -> railstore_device::Result<()> {
-        self.inner.sync().await
-    }
-    async fn compact(&self, b: u64) -> railstore_device::Result<CompactStats> {
-        self.inner.compact(b).await
-    }
-    fn limits(&self) -> Limits {
-        self.inner.limits()
-    }
+fn throttled(bytes_per_s: f64) -> Arc<dyn Device> {
+    let free_at: Mutex<Option<Instant>> = Mutex::new(None);
+    Timed::new(
+        Box::new(move |_, v| {
+            let mut f = free_at.lock().unwrap();
+            let now = Instant::now();
+            let start = f.map_or(now, |t| t.max(now));
+            let done = start + Duration::from_secs_f64(v.len() as f64 / bytes_per_s);
+            *f = Some(done);
+            done - now
+        }),
+        Duration::ZERO,
+    )
 }
 
 const RATE: f64 = 10e6;
@@ -86,9 +45,7 @@ fn rails(adaptive: Option<AdaptiveWindow>) -> (Arc<Rails>, Vec<Arc<dyn Device>>)
             guard: Duration::from_millis(10),
         })
     };
-    let devices = (0..4)
-        .map(|_| Throttled::new(RATE) as Arc<dyn Device>)
-        .collect();
+    let devices = (0..4).map(|_| throttled(RATE)).collect();
     Rails::new(cfg, devices, vec![0, 1, 2, 3]).unwrap()
 }
 
@@ -166,9 +123,7 @@ async fn live_readers_per_frame(window_max: usize, frames: usize) -> Vec<usize> 
         window_max,
         guard: Duration::from_millis(10),
     });
-    let devices = (0..6)
-        .map(|_| Throttled::new(RATE) as Arc<dyn Device>)
-        .collect();
+    let devices = (0..6).map(|_| throttled(RATE)).collect();
     let (rails, _devs) = Rails::new(cfg, devices, (0..6).collect()).unwrap();
     rails.mark_failed(2);
     tokio::time::sleep(Duration::from_millis(1250)).await;

@@ -143,9 +143,14 @@ impl SimConfig {
         c
     }
 
-    /// The store's configuration for a seed's data folder. `frame` is the separation frame
-    /// (the seed picks it).
-    pub fn store_config(&self, data_dir: &Path, frame: Duration) -> StoreConfig {
+    /// The store's configuration for a seed's data folder. `frame` is the separation frame and
+    /// `partial_when_full` whether full buffers write through (the seed picks both).
+    pub fn store_config(
+        &self,
+        data_dir: &Path,
+        frame: Duration,
+        partial_when_full: bool,
+    ) -> StoreConfig {
         let mech = |s| Mechanism::parse(s).expect("a valid mechanism");
         let mut c = StoreConfig {
             data_dir: data_dir.to_path_buf(),
@@ -179,7 +184,7 @@ impl SimConfig {
             adaptive: true,
             guard: Duration::from_millis(20),
             write_buffer_bytes_max: 1 << 20,
-            partial_when_full: false,
+            partial_when_full,
             journal_copies: None,
         });
         c

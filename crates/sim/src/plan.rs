@@ -227,6 +227,9 @@ pub struct Step {
 pub struct Plan {
     /// The separation frame, milliseconds.
     pub frame_ms: u64,
+    /// Whether a full write buffer writes through to its device at once (partial separation,
+    /// the store's default) or waits for the device's next write frame: half the seeds each.
+    pub partial_when_full: bool,
     /// The steps.
     pub steps: Vec<Step>,
 }
@@ -234,7 +237,10 @@ pub struct Plan {
 impl Plan {
     /// The plan as text, one line per step (the trace two runs of a seed share).
     pub fn trace(&self) -> String {
-        let mut s = format!("frame {} ms\n", self.frame_ms);
+        let mut s = format!(
+            "frame {} ms, partial separation {}\n",
+            self.frame_ms, self.partial_when_full
+        );
         for (i, step) in self.steps.iter().enumerate() {
             let _ = writeln!(s, "step {i}: {step:?}");
         }
@@ -492,6 +498,8 @@ pub fn generate(cfg: &SimConfig, seed: u64) -> Plan {
         next_segment: 0,
     };
     let frame_ms = p.rng.gen_range(100..=200);
+    // From a stream of its own, so that the rest of a seed's plan is what it was before.
+    let partial_when_full = ChaCha8Rng::seed_from_u64(seed ^ 0x5041_5254_4941_4c14).gen_bool(0.5);
     let mut online = ChaCha8Rng::seed_from_u64(seed ^ 0x4f4e_4c49_4e45_0016);
     // Volume operations come from a stream of their own too.
     let mut volume = ChaCha8Rng::seed_from_u64(seed ^ 0x564f_4c55_4d45_0017);
@@ -612,7 +620,11 @@ pub fn generate(cfg: &SimConfig, seed: u64) -> Plan {
         }
         steps.push(step);
     }
-    Plan { frame_ms, steps }
+    Plan {
+        frame_ms,
+        partial_when_full,
+        steps,
+    }
 }
 
 /// An operator's action for a step without a crash, from a stream of its own (so the rest of a

@@ -142,7 +142,11 @@ impl<'a> World<'a> {
         // land, follow from the seed.
         railstore_store::seed_ids_on_this_thread(Some(mix(seed, 0x1D5)));
         let dir = data_dir();
-        let store_cfg = cfg.store_config(dir.path(), Duration::from_millis(plan.frame_ms));
+        let store_cfg = cfg.store_config(
+            dir.path(),
+            Duration::from_millis(plan.frame_ms),
+            plan.partial_when_full,
+        );
         let mut w = World {
             cfg,
             seed,

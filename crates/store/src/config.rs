@@ -191,7 +191,7 @@ impl Default for StoreConfig {
                 adaptive: true,
                 guard: Duration::from_millis(50),
                 write_buffer_bytes_max: 256 << 20,
-                partial_when_full: false,
+                partial_when_full: true,
                 journal_copies: None,
             }),
             inline_bytes_max: 64 << 10,
@@ -299,9 +299,8 @@ adaptive = true
 guard_ms = 50
 write_buffer_bytes_max = 268435456
 # Write to a reader when its buffer is full instead of making writers wait (partial
-# separation: writes keep their rate, reads on that device see them). Off by default: the
-# simulator found a fault path with it on (docs/rails.md).
-partial_when_full = false
+# separation, Rails §4.3.1: writes keep their rate, reads on that device see them).
+partial_when_full = true
 # Journal copies of each buffered write, on distinct devices. Left out: the policy's tolerance
 # + 1 (3 here), so a power failure plus that many lost devices loses nothing acknowledged.
 # journal_copies = 3
