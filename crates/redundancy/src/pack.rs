@@ -473,12 +473,16 @@ impl Inner {
                             && payload.len() == mem.len as usize)
                             .then(|| payload.to_vec())
                     };
-                    let live = self
+                    let live = match self
                         .io
                         .retrieve(d, &segment_key(&mem.user_key, mem.segment, mem.version))
                         .await
-                        .ok()
-                        .and_then(check);
+                    {
+                        Ok(bytes) => check(bytes),
+                        // The device failed or erred meanwhile: unknown, so live (a set
+                        // reclaimed on a read error lost its only live member, SIM-16).
+                        Err(_) => return (None, true, false),
+                    };
                     let dead = self
                         .io
                         .retrieve(d, &set_key(TAG_DEAD, set, slot as u8))

@@ -24,6 +24,8 @@ struct Flaky {
     inner: MemDevice,
     /// The next this many reads fail with an I/O error.
     failing_reads: AtomicU64,
+    /// Reads of device keys that hold these bytes fail with an I/O error.
+    failing_keys_with: Mutex<Option<Vec<u8>>>,
     /// Stores fail: no room.
     full: AtomicBool,
     /// Every operation waits for ever.
@@ -37,6 +39,7 @@ impl Flaky {
         Arc::new(Flaky {
             inner: MemDevice::new(Default::default()).unwrap(),
             failing_reads: AtomicU64::new(0),
+            failing_keys_with: Mutex::new(None),
             full: AtomicBool::new(false),
             hung: AtomicBool::new(false),
             failing_syncs: AtomicBool::new(false),
@@ -67,7 +70,13 @@ impl Device for Flaky {
         let failing = self
             .failing_reads
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
+            .is_ok()
+            || self
+                .failing_keys_with
+                .lock()
+                .unwrap()
+                .as_ref()
+                .is_some_and(|part| key.windows(part.len()).any(|w| w == part.as_slice()));
         if failing {
             return Err(DeviceError::io(
                 "reading",
@@ -184,6 +193,42 @@ async fn many_read_errors_take_the_device_out_of_service() {
     }
     assert!(m.devices().is_failed(1));
     assert_eq!(*recorded.lock().unwrap(), vec![1]);
+}
+
+/// A scrub that cannot read a packed member (its device errs, still in service) must not take
+/// the member for dead and reclaim its set: the set's parity is what keeps the member once its
+/// device is lost (SIM-16: an online rebuild reclaimed a set while its only member's device
+/// was failing, and the object was gone).
+#[tokio::test(start_paused = true)]
+async fn a_member_that_cannot_be_read_keeps_its_set() {
+    let faults = FaultPolicy {
+        read_errors_max: 1_000_000,
+        ..FaultPolicy::default()
+    };
+    let (m, flaky, _) = array("pack3+3", faults).await;
+    let key = keys_with_primary(&m, 2, 1).remove(0);
+    let value: Vec<u8> = (0..5000u32).map(|i| (i * 7) as u8).collect();
+    m.put(&key, &value, StoreMode::Upsert, None).await.unwrap();
+    m.sync().await.unwrap();
+    // The member's own key fails to read; the set's descriptor and parity read.
+    *flaky[2].failing_keys_with.lock().unwrap() = Some(key.clone());
+    let report = m
+        .scrub(
+            railstore_redundancy::RepairOptions::default(),
+            Arc::new(railstore_redundancy::RepairProgress::default()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.sets, report.sets_reclaimed, report.sets_lost),
+        (1, 0, 0),
+        "{report:?}"
+    );
+    assert!(!m.devices().is_failed(2));
+    // Device 2 is lost: the member decodes from its set.
+    m.devices().mark_failed(2);
+    let (got, _) = m.get(&key, ReadRange::ALL).await.unwrap();
+    assert_eq!(got, value);
 }
 
 /// The old version stays on a full device while the overwrite lands on the others. The device
