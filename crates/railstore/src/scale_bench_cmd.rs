@@ -10,13 +10,15 @@
 //!   memory after it;
 //!
 //! then fits a line through the last two steps and extrapolates to 10^9 objects, and draws
-//! each figure against the count.
+//! each figure against the count. With `--s3` the loads and the rate runs go through the
+//! store's S3 endpoint, served in this process (so the layers' accounting still reads), one
+//! HTTP/1.1 connection per client; the listing stays on the store.
 
-use crate::s3_bench_cmd::{describe_store, emit_report, read_store_config, TempDir};
+use crate::s3_bench_cmd::{describe_store, emit_report, read_store_config, InProcess, TempDir};
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use railstore_bench::plot::{parse_bytes, Chart, Series, XAxis};
-use railstore_bench::s3load::parse_duration;
+use railstore_bench::s3load::{parse_duration, Endpoint, S3Client};
 use railstore_store::{body_from, ListQuery, PutOptions, Store, StoreConfig};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -57,6 +59,10 @@ pub struct ScaleBenchArgs {
     /// Short runs for tests and smoke checks (steps of 300 and 1,200 objects, 1 s rates).
     #[arg(long)]
     pub quick: bool,
+    /// Load and measure the rates through the store's S3 endpoint (served in this process)
+    /// instead of the store's own API.
+    #[arg(long)]
+    pub s3: bool,
 }
 
 /// Bytes of memory per object, by layer.
@@ -114,6 +120,8 @@ pub struct ScaleBenchReport {
     pub store: String,
     pub sizes: String,
     pub clients: usize,
+    /// What the loads and rate runs went through: `store`, or `s3` (the in-process endpoint).
+    pub via: String,
     /// Resident memory of the process with the empty store open.
     pub empty_rss_bytes: u64,
     pub steps: Vec<ScaleStep>,
@@ -210,13 +218,18 @@ async fn measure(
         .await
         .context("opening the store")?;
     store.create_bucket(BUCKET).await?;
+    let mut server = match args.s3 {
+        true => Some(InProcess::start(&store, REGION).await?),
+        false => None,
+    };
     let empty_rss = rss_bytes();
     let mut rows = Vec::new();
     let mut have = 0u64;
     for &n in steps {
         eprintln!("loading objects {have}..{n}");
         let t = Instant::now();
-        load(&store, have, n, sizes, args.clients).await?;
+        let via = Via::of(&store, server.as_ref());
+        load(&via, have, n, sizes, args.clients).await?;
         let load_s = t.elapsed().as_secs_f64();
         let loaded = n - have;
         have = n;
@@ -234,9 +247,14 @@ async fn measure(
         eprintln!("listing {n} keys");
         let (list_s, mechanisms) = list_all(&store, n)?;
         eprintln!("GET and PUT rates");
-        let get_per_s = rates(&store, n, sizes, args.clients, rate_s, false).await?;
-        let put_per_s = rates(&store, n, sizes, args.clients, rate_s, true).await?;
+        let get_per_s = rates(&via, n, sizes, args.clients, rate_s, false).await?;
+        let put_per_s = rates(&via, n, sizes, args.clients, rate_s, true).await?;
         eprintln!("restarting");
+        // Nothing may hold the store across its restart (its data folder's lock).
+        drop(via);
+        if let Some(s) = server.take() {
+            s.stop().await?;
+        }
         store.shutdown().await?;
         drop(store);
         let t = Instant::now();
@@ -244,6 +262,9 @@ async fn measure(
             .await
             .context("reopening the store")?;
         let restart_s = t.elapsed().as_secs_f64();
+        if args.s3 {
+            server = Some(InProcess::start(&store, REGION).await?);
+        }
         let after = store.memory_use();
         rows.push(ScaleStep {
             objects: n,
@@ -265,6 +286,9 @@ async fn measure(
             restart_s,
         });
     }
+    if let Some(s) = server.take() {
+        s.stop().await?;
+    }
     store.shutdown().await?;
     let first = &rows[0];
     let last = rows.last().unwrap();
@@ -273,6 +297,7 @@ async fn measure(
         store: description,
         sizes: args.sizes.clone(),
         clients: args.clients,
+        via: if args.s3 { "s3" } else { "store" }.into(),
         empty_rss_bytes: empty_rss,
         get_rate_ratio: last.get_per_s / first.get_per_s,
         put_rate_ratio: last.put_per_s / first.put_per_s,
@@ -290,31 +315,76 @@ fn body(i: u64, sizes: (usize, usize), salt: u64) -> Vec<u8> {
     v
 }
 
+const REGION: &str = "us-east-1";
+
+/// Where the loads and the rate runs send their objects.
+enum Via {
+    Store(Store),
+    S3(Endpoint),
+}
+
+impl Via {
+    fn of(store: &Store, server: Option<&InProcess>) -> Via {
+        match server {
+            Some(s) => Via::S3(s.endpoint.clone()),
+            None => Via::Store(store.clone()),
+        }
+    }
+
+    /// One client's handle (an S3 client: its own connection).
+    async fn client(&self) -> Result<Client> {
+        Ok(match self {
+            Via::Store(s) => Client::Store(s.clone()),
+            Via::S3(e) => Client::S3(Box::new(S3Client::of(e).await?)),
+        })
+    }
+}
+
+enum Client {
+    Store(Store),
+    S3(Box<S3Client>),
+}
+
+impl Client {
+    async fn put(&mut self, key: &str, body: Vec<u8>) -> Result<()> {
+        match self {
+            Client::Store(s) => {
+                s.put_object(BUCKET, key, body_from(body), PutOptions::default())
+                    .await?;
+            }
+            Client::S3(c) => c.put(BUCKET, key, body).await.map_err(anyhow::Error::msg)?,
+        }
+        Ok(())
+    }
+
+    async fn get(&mut self, key: &str) -> Result<()> {
+        match self {
+            Client::Store(s) => {
+                let g = s.get_object(BUCKET, key, None).await?;
+                railstore_store::collect_body(g.body).await?;
+            }
+            Client::S3(c) => {
+                c.get(BUCKET, key).await.map_err(anyhow::Error::msg)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Stores objects `from..to` with `clients` at once.
-async fn load(
-    store: &Store,
-    from: u64,
-    to: u64,
-    sizes: (usize, usize),
-    clients: usize,
-) -> Result<()> {
+async fn load(via: &Via, from: u64, to: u64, sizes: (usize, usize), clients: usize) -> Result<()> {
     let next = Arc::new(AtomicU64::new(from));
     let mut tasks = Vec::new();
     for _ in 0..clients {
-        let (store, next) = (store.clone(), next.clone());
+        let (mut client, next) = (via.client().await?, next.clone());
         tasks.push(tokio::spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= to {
                     return Ok::<_, anyhow::Error>(());
                 }
-                store
-                    .put_object(
-                        BUCKET,
-                        &key(i),
-                        body_from(body(i, sizes, 0)),
-                        PutOptions::default(),
-                    )
+                client
+                    .put(&key(i), body(i, sizes, 0))
                     .await
                     .with_context(|| format!("storing {}", key(i)))?;
             }
@@ -351,7 +421,7 @@ fn list_all(store: &Store, n: u64) -> Result<(f64, BTreeMap<String, u64>)> {
 
 /// GETs (or PUTs over) random stored objects for `secs` with `clients` at once; per second.
 async fn rates(
-    store: &Store,
+    via: &Via,
     n: u64,
     sizes: (usize, usize),
     clients: usize,
@@ -362,7 +432,7 @@ async fn rates(
     let done = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for c in 0..clients {
-        let (store, done) = (store.clone(), done.clone());
+        let (mut client, done) = (via.client().await?, done.clone());
         tasks.push(tokio::spawn(async move {
             let mut rng = rand::rngs::StdRng::seed_from_u64(c as u64 ^ n);
             while Instant::now() < until {
@@ -371,12 +441,9 @@ async fn rates(
                     // The same size as before, other bytes: the count and the mix stay.
                     let mut v = body(i, sizes, 0);
                     v.iter_mut().for_each(|b| *b = !*b);
-                    store
-                        .put_object(BUCKET, &key(i), body_from(v), PutOptions::default())
-                        .await?;
+                    client.put(&key(i), v).await?;
                 } else {
-                    let g = store.get_object(BUCKET, &key(i), None).await?;
-                    railstore_store::collect_body(g.body).await?;
+                    client.get(&key(i)).await?;
                 }
                 done.fetch_add(1, Ordering::Relaxed);
             }
@@ -415,11 +482,15 @@ fn extrapolate(rows: &[ScaleStep]) -> Option<Extrapolation> {
 
 fn render(r: &ScaleBenchReport) -> String {
     let mut out = format!(
-        "scale bench: {}\nstore: {}\nsizes {}, {} clients; empty store: {:.1} MB resident\n",
+        "scale bench: {}\nstore: {}\nsizes {}, {} clients through {}; empty store: {:.1} MB resident\n",
         r.machine,
         r.store,
         r.sizes,
         r.clients,
+        match r.via.as_str() {
+            "s3" => "S3 (the in-process endpoint, one HTTP/1.1 connection each, SigV4)",
+            _ => "the store's API",
+        },
         r.empty_rss_bytes as f64 / 1e6
     );
     out.push_str(

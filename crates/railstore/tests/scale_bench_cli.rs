@@ -54,6 +54,38 @@ fn bench_scale_reports_every_layer_at_every_step() {
         drawn == 6 || stderr.contains("plots skipped"),
         "{drawn} plot files:\n{stderr}"
     );
+    assert_eq!(r["via"], "store", "{r:#}");
     // The temporary data folder is gone.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+/// With `--s3` the objects go through the S3 endpoint served in the process: the same steps,
+/// every object listed, rates measured over HTTP.
+#[test]
+fn bench_scale_loads_through_s3() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
+        .args(["bench", "scale", "--quick", "--s3", "--clients", "4"])
+        .args(["--json", "-", "--path"])
+        .arg(dir.path())
+        .output()
+        .expect("running railstore");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "railstore bench scale --s3 failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let r: serde_json::Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{stdout}\nstderr:\n{stderr}"));
+    assert_eq!(r["via"], "s3", "{r:#}");
+    assert!(stderr.contains("through S3"), "{stderr}");
+    let steps = r["steps"].as_array().unwrap();
+    for (s, n) in steps.iter().zip([300u64, 1200]) {
+        assert_eq!(s["mechanisms"]["rep3"], n, "{r:#}");
+        for f in ["get_per_s", "put_per_s", "load_per_s"] {
+            assert!(s[f].as_f64().unwrap() > 0.0, "{f}: {r:#}");
+        }
+    }
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }

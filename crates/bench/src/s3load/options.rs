@@ -1,0 +1,240 @@
+//! What `railstore bench s3` is asked to do: workloads, arguments, the plan.
+
+use super::*;
+
+/// What the clients do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Workload {
+    /// New objects.
+    Put,
+    /// Reads of objects stored beforehand.
+    Get,
+    /// Reads (`--get-ratio`) and overwrites of objects stored beforehand.
+    Mixed,
+}
+
+impl Workload {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Workload::Put => "put",
+            Workload::Get => "get",
+            Workload::Mixed => "mixed",
+        }
+    }
+
+    pub(super) fn needs_objects(self) -> bool {
+        self != Workload::Put
+    }
+}
+
+/// The load of `railstore bench s3` (the binary adds where the server and store come from).
+#[derive(Debug, Clone, clap::Args)]
+pub struct LoadArgs {
+    /// Workloads, run in this order, a comma list: `put` (each operation a new object), `get`
+    /// (random reads of `--objects` objects stored first, unmeasured), `mixed` (`--get-ratio`
+    /// reads, the rest overwrites of those objects).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "put,get")]
+    pub workload: Vec<Workload>,
+    /// Object size (`4096`, `4KiB`, `1MiB`).
+    #[arg(long, default_value = "1MiB")]
+    pub size: String,
+    /// Concurrent clients (tasks), each with its own connection.
+    #[arg(long, default_value_t = 16)]
+    pub clients: usize,
+    /// Measured time per run (`10s`, `500ms`, `2m`; a bare number is seconds). Default 10 s
+    /// (2 s with `--quick`).
+    #[arg(long, conflicts_with = "ops")]
+    pub duration: Option<String>,
+    /// Measured operations per run, instead of a duration.
+    #[arg(long)]
+    pub ops: Option<u64>,
+    /// Unmeasured time at the start of each run. Default 1 s (none with `--quick`).
+    #[arg(long)]
+    pub warmup: Option<String>,
+    /// Objects stored before `get` and `mixed` runs. Default 1000 (100 with `--quick`).
+    #[arg(long)]
+    pub objects: Option<u64>,
+    /// Share of reads in `mixed`.
+    #[arg(long, default_value_t = 0.7)]
+    pub get_ratio: f64,
+    /// Runs of each workload per target, S3 and store alternating (on a busy machine the
+    /// comparison then sees the same disturbances on both sides).
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
+    /// Bucket (created if missing).
+    #[arg(long, default_value = "railstore-bench")]
+    pub bucket: String,
+    /// Skip the in-process store baseline.
+    #[arg(long)]
+    pub no_baseline: bool,
+    /// Leave the objects on an external endpoint (by default they are deleted at the end).
+    #[arg(long)]
+    pub keep_objects: bool,
+    /// Random seed (which objects are read, which operations a mixed run does).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write the report as JSON: to stdout with a bare `--json` (the table then goes to
+    /// stderr), or to the file named.
+    #[arg(long, num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<PathBuf>,
+    /// Folder for results.json, results.csv, series.csv, summary.md and the plot.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Skip the plot.
+    #[arg(long)]
+    pub no_plots: bool,
+    /// A short run for tests and smoke checks: 2 s per run, no warmup, 100 objects.
+    #[arg(long)]
+    pub quick: bool,
+    /// No progress bars.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+impl Default for LoadArgs {
+    fn default() -> Self {
+        LoadArgs {
+            workload: vec![Workload::Put, Workload::Get],
+            size: "1MiB".into(),
+            clients: 16,
+            duration: None,
+            ops: None,
+            warmup: None,
+            objects: None,
+            get_ratio: 0.7,
+            rounds: 1,
+            bucket: "railstore-bench".into(),
+            no_baseline: false,
+            keep_objects: false,
+            seed: 1,
+            json: None,
+            out: None,
+            no_plots: false,
+            quick: false,
+            quiet: true,
+        }
+    }
+}
+
+/// Parses `10s`, `1.5s`, `500ms`, `2m`, `1h` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<f64> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num
+        .parse()
+        .with_context(|| format!("{s:?} is not a duration like 10s, 500ms or 2m"))?;
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "s" | "sec" | "secs" => 1.0,
+        "ms" => 1e-3,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        other => bail!("unknown duration unit {other:?} in {s:?} (use ms, s, m or h)"),
+    };
+    let secs = v * mult;
+    ensure!(
+        secs.is_finite() && secs >= 0.0,
+        "{s:?} is not a usable duration"
+    );
+    Ok(secs)
+}
+
+/// The options resolved: what every run does.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    /// Workloads in order.
+    pub workloads: Vec<Workload>,
+    /// Object size in bytes.
+    pub size_bytes: u64,
+    /// Object size as written (`1MiB`).
+    pub size: String,
+    /// Client tasks.
+    pub clients: usize,
+    /// Measured seconds per run (unless `ops`).
+    pub duration_s: Option<f64>,
+    /// Measured operations per run.
+    pub ops: Option<u64>,
+    /// Unmeasured seconds at the start of each run.
+    pub warmup_s: f64,
+    /// Objects stored before `get` and `mixed`.
+    pub objects: u64,
+    /// Share of reads in `mixed`.
+    pub get_ratio: f64,
+    /// Runs of each workload per target.
+    pub rounds: usize,
+    /// Bucket.
+    pub bucket: String,
+    /// Key prefix of this invocation (random, so runs against one endpoint never collide).
+    pub prefix: String,
+    /// Seed.
+    pub seed: u64,
+}
+
+impl LoadArgs {
+    /// Checks and resolves the options.
+    pub fn plan(&self) -> Result<Plan> {
+        ensure!(!self.workload.is_empty(), "no workload given");
+        ensure!(self.clients > 0, "--clients must be at least 1");
+        ensure!(self.rounds > 0, "--rounds must be at least 1");
+        let size_bytes = parse_bytes(&self.size)?;
+        ensure!(size_bytes > 0, "--size must be positive");
+        ensure!(
+            (0.0..=1.0).contains(&self.get_ratio),
+            "--get-ratio must be between 0 and 1"
+        );
+        let duration_s = match (&self.duration, self.ops) {
+            (Some(d), _) => Some(parse_duration(d)?),
+            (None, Some(_)) => None,
+            (None, None) => Some(if self.quick { 2.0 } else { 10.0 }),
+        };
+        if let Some(d) = duration_s {
+            ensure!(d > 0.0, "--duration must be positive");
+        }
+        if let Some(n) = self.ops {
+            ensure!(n > 0, "--ops must be positive");
+        }
+        let warmup_s = match &self.warmup {
+            Some(w) => parse_duration(w)?,
+            None if self.quick => 0.0,
+            None => 1.0,
+        };
+        let objects = self.objects.unwrap_or(if self.quick { 100 } else { 1000 });
+        ensure!(
+            objects > 0 || !self.workload.iter().any(|w| w.needs_objects()),
+            "--objects must be positive for get and mixed"
+        );
+        railstore_store::check_bucket_name(&self.bucket)
+            .map_err(|e| anyhow::anyhow!("--bucket: {e}"))?;
+        Ok(Plan {
+            workloads: self.workload.clone(),
+            size_bytes,
+            size: human_bytes(size_bytes),
+            clients: self.clients,
+            duration_s,
+            ops: self.ops,
+            warmup_s,
+            objects,
+            get_ratio: self.get_ratio,
+            rounds: self.rounds,
+            bucket: self.bucket.clone(),
+            prefix: format!("s3bench-{:08x}", rand::thread_rng().gen::<u32>()),
+            seed: self.seed,
+        })
+    }
+
+    /// Whether the human-readable output goes to stderr (JSON goes to stdout).
+    pub(super) fn human_to_stderr(&self) -> bool {
+        self.json.as_deref() == Some(Path::new("-"))
+    }
+
+    pub(super) fn say(&self, line: &str) {
+        if self.human_to_stderr() {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    }
+}
