@@ -4,7 +4,8 @@
 //!
 //! - memory per object: the process's resident memory above the empty store's, and each
 //!   layer's own accounting (store index, manager maps, device indexes: [`Store::memory_use`]);
-//! - bytes on disk per object (every device's used bytes) and the mechanisms of the mix;
+//! - bytes on disk per object (every device's used and live bytes, once separation's buffers
+//!   are written out) and the mechanisms of the mix;
 //! - the time to list every key, GET and PUT rates (random keys, closed loop);
 //! - the time to restart (shut down, open again: the index is loaded), and the layers'
 //!   memory after it;
@@ -89,6 +90,9 @@ pub struct ScaleStep {
     /// The layers' accounting after the restart.
     pub memory_after_restart: PerObject,
     pub disk_bytes_per_object: f64,
+    /// Of it, live keys and values (the rest is dead space compaction has not reclaimed yet:
+    /// overwritten or deleted records, rails' journal records).
+    pub disk_live_bytes_per_object: f64,
     /// Objects per mechanism, from the listing.
     pub mechanisms: BTreeMap<String, u64>,
     pub list_s: f64,
@@ -242,8 +246,14 @@ async fn measure(
             devices: per(layers.device_bytes.iter().sum()),
             write_buffers: per(layers.write_buffer_bytes),
         };
+        // Disk in the steady state: separation's buffers written out, so their journal
+        // records (a second copy of every buffered piece, several times) are gone.
+        if let Some(r) = store.rails() {
+            r.drain().await.context("draining the separation buffers")?;
+        }
         let status = store.status().await;
         let disk: u64 = status.devices.iter().map(|d| d.used_bytes).sum();
+        let disk_live: u64 = status.devices.iter().map(|d| d.live_bytes).sum();
         eprintln!("listing {n} keys");
         let (list_s, mechanisms) = list_all(&store, n)?;
         eprintln!("GET and PUT rates");
@@ -279,6 +289,7 @@ async fn measure(
             },
             memory,
             disk_bytes_per_object: per(disk),
+            disk_live_bytes_per_object: per(disk_live),
             mechanisms,
             list_s,
             get_per_s,
@@ -494,12 +505,12 @@ fn render(r: &ScaleBenchReport) -> String {
         r.empty_rss_bytes as f64 / 1e6
     );
     out.push_str(
-        "   objects   load/s  B/obj process  index  manager  devices  buffers  (after restart: index manager devices)  disk B/obj  list s   GET/s    PUT/s  restart s\n",
+        "   objects   load/s  B/obj process  index  manager  devices  buffers  (after restart: index manager devices)  disk B/obj (live)  list s   GET/s    PUT/s  restart s\n",
     );
     for s in &r.steps {
         let (m, a) = (&s.memory, &s.memory_after_restart);
         out.push_str(&format!(
-            "{:>10} {:>8.0} {:>15.0} {:>6.0} {:>8.0} {:>8.0} {:>8.0}  ({:>6.0} {:>7.0} {:>7.0})                  {:>10.0} {:>7.3} {:>7.0} {:>8.0} {:>10.3}\n",
+            "{:>10} {:>8.0} {:>15.0} {:>6.0} {:>8.0} {:>8.0} {:>8.0}  ({:>6.0} {:>7.0} {:>7.0})                  {:>10.0} {:>7.0} {:>7.3} {:>7.0} {:>8.0} {:>10.3}\n",
             s.objects,
             s.load_per_s,
             m.process,
@@ -511,6 +522,7 @@ fn render(r: &ScaleBenchReport) -> String {
             a.manager,
             a.devices,
             s.disk_bytes_per_object,
+            s.disk_live_bytes_per_object,
             s.list_s,
             s.get_per_s,
             s.put_per_s,

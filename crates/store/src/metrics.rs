@@ -47,6 +47,10 @@ pub struct DeviceStatus {
     pub capacity_bytes: u64,
     /// Bytes in use (live and dead).
     pub used_bytes: u64,
+    /// Bytes of live keys and values (the rest of `used_bytes` is dead space that compaction
+    /// reclaims).
+    #[serde(default)]
+    pub live_bytes: u64,
     /// Keys it holds.
     pub keys: u64,
     /// Serving reads and writes; false once it failed, and while it is rebuilt.
@@ -167,6 +171,7 @@ impl Store {
                 buffer_bytes: snap.as_ref().map_or(0, |s| s.buffer_bytes),
                 capacity_bytes: info.as_ref().map_or(0, |i| i.capacity_bytes),
                 used_bytes: info.as_ref().map_or(0, |i| i.used_bytes),
+                live_bytes: info.as_ref().map_or(0, |i| i.live_bytes),
                 keys: info.as_ref().map_or(0, |i| i.key_count),
                 healthy: !failed && info.is_ok(),
                 error: match (&recorded, info) {
@@ -380,6 +385,12 @@ impl Store {
             "gauge",
             "Bytes in use on the device.",
             &per_device(&|d| d.used_bytes),
+        );
+        metric(
+            "device_live_bytes",
+            "gauge",
+            "Bytes of live keys and values on the device (used less dead space).",
+            &per_device(&|d| d.live_bytes),
         );
         metric(
             "device_capacity_bytes",
