@@ -818,24 +818,16 @@ impl Rails {
 
     /// Makes every write acknowledged to `d` durable (see [`Separated::sync`]).
     async fn sync_target(&self, d: usize) -> Result<(), DeviceError> {
-        // A journal device failing meanwhile drops its records; they are written again
-        // elsewhere and the round repeats. Copies that were in flight to a device when it
-        // failed land there afterwards and are lost one round later, so a round only counts
-        // against the limit when a device failed during it: each device fails once, so the
-        // loop ends (and a power failure, failing everything, ends it at once).
-        let failed_now = || {
-            (0..self.devices.len())
-                .filter(|&x| self.is_failed(x))
-                .count()
-        };
-        let mut failures_seen = failed_now();
-        let mut rounds = 0;
+        // A journal device failing meanwhile drops its records (they join `d`'s lost ones);
+        // the next round journals them again elsewhere. The rounds end: a record is lost only
+        // when a device fails (each fails once) or when a copy that was in flight to it lands
+        // after its failure (finitely many), and a failure of `d` itself, or of every device
+        // (a power cut), ends the round with its error.
         loop {
             self.rejournal_lost(d).await?;
             // Only what `d` must hold itself: a backlog it is flushing is in the journal, so
             // a sync here need not wait for it to reach the disk.
             self.sync_device(d, true).await?;
-            let mut lost_one = None;
             for w in (0..self.devices.len()).filter(|&w| w != d) {
                 let holds = {
                     let held = self.devices[w].held.lock().unwrap();
@@ -845,26 +837,16 @@ impl Rails {
                 if !holds {
                     continue;
                 }
+                // A fatal error failed `w`: its records for `d` are lost ones now. Never `d`'s
+                // error: the redundancy layer would take `d`, healthy, out of service (SIM-15).
                 if let Err(e) = self.sync_device(w, true).await {
                     if !fatal(&e) {
                         return Err(e);
                     }
-                    lost_one.get_or_insert(e);
                 }
             }
-            let lost_none = self.devices[d].lost.lock().unwrap().is_empty();
-            if lost_one.is_none() && lost_none {
+            if self.devices[d].lost.lock().unwrap().is_empty() {
                 return Ok(());
-            }
-            let failures = failed_now();
-            if failures > failures_seen {
-                failures_seen = failures;
-                rounds += 1;
-            }
-            if rounds > self.devices.len() {
-                return Err(lost_one.unwrap_or(DeviceError::Failed {
-                    reason: "journal devices kept failing during sync",
-                }));
             }
         }
     }

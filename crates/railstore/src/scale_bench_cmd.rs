@@ -93,6 +93,9 @@ pub struct ScaleStep {
     /// Of it, live keys and values (the rest is dead space compaction has not reclaimed yet:
     /// overwritten or deleted records, rails' journal records).
     pub disk_live_bytes_per_object: f64,
+    /// Members per packing set written by this step's load (None: nothing packed). A set
+    /// closed by `pack_wait` with fewer than k members costs each member more parity.
+    pub pack_members_per_set: Option<f64>,
     /// Objects per mechanism, from the listing.
     pub mechanisms: BTreeMap<String, u64>,
     pub list_s: f64,
@@ -231,12 +234,16 @@ async fn measure(
     let mut have = 0u64;
     for &n in steps {
         eprintln!("loading objects {have}..{n}");
+        let packed_before = packing(&store);
         let t = Instant::now();
         let via = Via::of(&store, server.as_ref());
         load(&via, have, n, sizes, args.clients).await?;
         let load_s = t.elapsed().as_secs_f64();
         let loaded = n - have;
         have = n;
+        let packed = packing(&store);
+        let (sets, members) = (packed.0 - packed_before.0, packed.1 - packed_before.1);
+        let pack_members_per_set = (sets > 0).then(|| members as f64 / sets as f64);
         let per = |b: u64| b as f64 / n as f64;
         let layers = store.memory_use();
         let memory = PerObject {
@@ -290,6 +297,7 @@ async fn measure(
             memory,
             disk_bytes_per_object: per(disk),
             disk_live_bytes_per_object: per(disk_live),
+            pack_members_per_set,
             mechanisms,
             list_s,
             get_per_s,
@@ -380,6 +388,15 @@ impl Client {
         }
         Ok(())
     }
+}
+
+/// Packing sets written so far, and their members.
+fn packing(store: &Store) -> (u64, u64) {
+    let c = &store.manager().devices().counters;
+    (
+        c.pack_sets.load(Ordering::Relaxed),
+        c.pack_members.load(Ordering::Relaxed),
+    )
 }
 
 /// Stores objects `from..to` with `clients` at once.
@@ -539,6 +556,11 @@ fn render(r: &ScaleBenchReport) -> String {
             "mechanisms at the last step: {}\n",
             mix.join(", ")
         ));
+        if let Some(fill) = last.pack_members_per_set {
+            out.push_str(&format!(
+                "packing sets written by the last step's load: {fill:.2} members per set\n"
+            ));
+        }
     }
     out.push_str(&format!(
         "GET rate at the last step / first: {:.2}; PUT: {:.2}\n",

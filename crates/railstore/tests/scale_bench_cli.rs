@@ -57,17 +57,21 @@ fn bench_scale_reports_every_layer_at_every_step() {
         "{drawn} plot files:\n{stderr}"
     );
     assert_eq!(r["via"], "store", "{r:#}");
+    // Nothing packed: no fill to report.
+    assert!(steps.iter().all(|s| s["pack_members_per_set"].is_null()), "{r:#}");
     // The temporary data folder is gone.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
 /// With `--s3` the objects go through the S3 endpoint served in the process: the same steps,
-/// every object listed, rates measured over HTTP.
+/// every object listed, rates measured over HTTP. Sizes the hybrid policy packs, so the sets'
+/// fill is reported.
 #[test]
 fn bench_scale_loads_through_s3() {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
         .args(["bench", "scale", "--quick", "--s3", "--clients", "4"])
+        .args(["--sizes", "5KiB-16KiB"])
         .args(["--json", "-", "--path"])
         .arg(dir.path())
         .output()
@@ -84,10 +88,14 @@ fn bench_scale_loads_through_s3() {
     assert!(stderr.contains("through S3"), "{stderr}");
     let steps = r["steps"].as_array().unwrap();
     for (s, n) in steps.iter().zip([300u64, 1200]) {
-        assert_eq!(s["mechanisms"]["rep3"], n, "{r:#}");
+        assert_eq!(s["mechanisms"]["pack3+3"], n, "{r:#}");
         for f in ["get_per_s", "put_per_s", "load_per_s"] {
             assert!(s[f].as_f64().unwrap() > 0.0, "{f}: {r:#}");
         }
+        // pack3+3: one to three members per set.
+        let fill = s["pack_members_per_set"].as_f64().unwrap();
+        assert!((1.0..=3.0).contains(&fill), "{r:#}");
     }
+    assert!(stderr.contains("members per set"), "{stderr}");
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }

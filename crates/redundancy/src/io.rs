@@ -69,6 +69,10 @@ pub struct IoCounters {
     pub timeouts: AtomicU64,
     /// Devices taken out of service because a write did not land on them.
     pub failed_on_write: AtomicU64,
+    /// Packing sets written, and the members they held (k at most: a set closed by
+    /// `pack_wait` holds fewer, and its parity costs each member more).
+    pub pack_sets: AtomicU64,
+    pub pack_members: AtomicU64,
 }
 
 /// The devices of the array, their health, and the read plan.

@@ -376,6 +376,12 @@ async fn write_set(
         Ok(())
     }
     .await;
+    if result.is_ok() {
+        let c = &inner.io.counters;
+        c.pack_sets.fetch_add(1, Ordering::Relaxed);
+        c.pack_members
+            .fetch_add(members.len() as u64, Ordering::Relaxed);
+    }
     (
         members.into_iter().map(|p| (p.key, p.done)).collect(),
         result,

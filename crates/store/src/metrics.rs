@@ -337,6 +337,18 @@ impl Store {
             "Pieces rewritten by repair.",
             &one(&io.repairs),
         );
+        metric(
+            "pack_sets_total",
+            "counter",
+            "Packing sets written.",
+            &one(&io.pack_sets),
+        );
+        metric(
+            "pack_members_total",
+            "counter",
+            "Objects' segments packed into those sets (members per set: how full they close).",
+            &one(&io.pack_members),
+        );
         let gpu = |v: u64| vec![(String::new(), v)];
         metric(
             "ec_gpu_calls_total",
