@@ -58,7 +58,10 @@ fn bench_scale_reports_every_layer_at_every_step() {
     );
     assert_eq!(r["via"], "store", "{r:#}");
     // Nothing packed: no fill to report.
-    assert!(steps.iter().all(|s| s["pack_members_per_set"].is_null()), "{r:#}");
+    assert!(
+        steps.iter().all(|s| s["pack_members_per_set"].is_null()),
+        "{r:#}"
+    );
     // The temporary data folder is gone.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
