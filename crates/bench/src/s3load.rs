@@ -49,13 +49,15 @@ mod options;
 mod report;
 mod session;
 mod target;
-use client::{status_error, Resolved};
+use client::status_error;
+pub use client::Resolved;
 pub use client::{Endpoint, S3Client};
 pub use options::*;
 pub use report::{results_csv, series_csv, summary_md, write_report};
 use report::{table_header, table_lines};
 pub use session::Session;
-use target::{object_key, put_key, Client, Target};
+use target::{object_key, put_key};
+pub use target::{Client, Done, Target};
 
 // ---------------------------------------------------------------------------------------------
 // Running
@@ -676,7 +678,7 @@ pub async fn measure(
     store: Option<&Store>,
 ) -> Result<S3Report> {
     let plan = args.plan()?;
-    let s3 = Target::S3(endpoint.resolve().await?);
+    let s3 = Target::s3(endpoint).await?;
     let baseline = store
         .filter(|_| !args.no_baseline)
         .cloned()

@@ -17,10 +17,11 @@
 
 use crate::s3_bench_cmd::{describe_store, emit_report, read_store_config, InProcess, TempDir};
 use anyhow::{bail, ensure, Context, Result};
+use bytes::Bytes;
 use clap::Args;
 use railstore_bench::plot::{parse_bytes, Chart, Series, XAxis};
-use railstore_bench::s3load::{parse_duration, Endpoint, S3Client};
-use railstore_store::{body_from, ListQuery, PutOptions, Store, StoreConfig};
+use railstore_bench::s3load::{parse_duration, Target};
+use railstore_store::{ListQuery, Store, StoreConfig};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -236,8 +237,11 @@ async fn measure(
         eprintln!("loading objects {have}..{n}");
         let packed_before = packing(&store);
         let t = Instant::now();
-        let via = Via::of(&store, server.as_ref());
-        load(&via, have, n, sizes, args.clients).await?;
+        let target = match &server {
+            Some(s) => Target::s3(&s.endpoint).await?,
+            None => Target::Store(store.clone()),
+        };
+        load(&target, have, n, sizes, args.clients).await?;
         let load_s = t.elapsed().as_secs_f64();
         let loaded = n - have;
         have = n;
@@ -264,11 +268,11 @@ async fn measure(
         eprintln!("listing {n} keys");
         let (list_s, mechanisms) = list_all(&store, n)?;
         eprintln!("GET and PUT rates");
-        let get_per_s = rates(&via, n, sizes, args.clients, rate_s, false).await?;
-        let put_per_s = rates(&via, n, sizes, args.clients, rate_s, true).await?;
+        let get_per_s = rates(&target, n, sizes, args.clients, rate_s, false).await?;
+        let put_per_s = rates(&target, n, sizes, args.clients, rate_s, true).await?;
         eprintln!("restarting");
         // Nothing may hold the store across its restart (its data folder's lock).
-        drop(via);
+        drop(target);
         if let Some(s) = server.take() {
             s.stop().await?;
         }
@@ -326,69 +330,20 @@ async fn measure(
 }
 
 /// The body of object `i` (its size drawn from `sizes` by its number, so a rerun repeats it).
-fn body(i: u64, sizes: (usize, usize), salt: u64) -> Vec<u8> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(i ^ salt.rotate_left(32));
-    let len = rng.gen_range(sizes.0..=sizes.1);
+fn body(i: u64, sizes: (usize, usize)) -> Bytes {
+    let (len, mut rng) = body_len_and_rng(i, sizes);
     let mut v = vec![0u8; len];
     rng.fill(&mut v[..]);
-    v
+    v.into()
+}
+
+/// The length of object `i`'s body, and the generator that fills it.
+fn body_len_and_rng(i: u64, sizes: (usize, usize)) -> (usize, rand::rngs::StdRng) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(i);
+    (rng.gen_range(sizes.0..=sizes.1), rng)
 }
 
 const REGION: &str = "us-east-1";
-
-/// Where the loads and the rate runs send their objects.
-enum Via {
-    Store(Store),
-    S3(Endpoint),
-}
-
-impl Via {
-    fn of(store: &Store, server: Option<&InProcess>) -> Via {
-        match server {
-            Some(s) => Via::S3(s.endpoint.clone()),
-            None => Via::Store(store.clone()),
-        }
-    }
-
-    /// One client's handle (an S3 client: its own connection).
-    async fn client(&self) -> Result<Client> {
-        Ok(match self {
-            Via::Store(s) => Client::Store(s.clone()),
-            Via::S3(e) => Client::S3(Box::new(S3Client::of(e).await?)),
-        })
-    }
-}
-
-enum Client {
-    Store(Store),
-    S3(Box<S3Client>),
-}
-
-impl Client {
-    async fn put(&mut self, key: &str, body: Vec<u8>) -> Result<()> {
-        match self {
-            Client::Store(s) => {
-                s.put_object(BUCKET, key, body_from(body), PutOptions::default())
-                    .await?;
-            }
-            Client::S3(c) => c.put(BUCKET, key, body).await.map_err(anyhow::Error::msg)?,
-        }
-        Ok(())
-    }
-
-    async fn get(&mut self, key: &str) -> Result<()> {
-        match self {
-            Client::Store(s) => {
-                let g = s.get_object(BUCKET, key, None).await?;
-                railstore_store::collect_body(g.body).await?;
-            }
-            Client::S3(c) => {
-                c.get(BUCKET, key).await.map_err(anyhow::Error::msg)?;
-            }
-        }
-        Ok(())
-    }
-}
 
 /// Packing sets written so far, and their members.
 fn packing(store: &Store) -> (u64, u64) {
@@ -400,11 +355,17 @@ fn packing(store: &Store) -> (u64, u64) {
 }
 
 /// Stores objects `from..to` with `clients` at once.
-async fn load(via: &Via, from: u64, to: u64, sizes: (usize, usize), clients: usize) -> Result<()> {
+async fn load(
+    target: &Target,
+    from: u64,
+    to: u64,
+    sizes: (usize, usize),
+    clients: usize,
+) -> Result<()> {
     let next = Arc::new(AtomicU64::new(from));
     let mut tasks = Vec::new();
     for _ in 0..clients {
-        let (mut client, next) = (via.client().await?, next.clone());
+        let (mut client, next) = (target.client(), next.clone());
         tasks.push(tokio::spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
@@ -412,9 +373,9 @@ async fn load(via: &Via, from: u64, to: u64, sizes: (usize, usize), clients: usi
                     return Ok::<_, anyhow::Error>(());
                 }
                 client
-                    .put(&key(i), body(i, sizes, 0))
+                    .put(BUCKET, &key(i), &body(i, sizes))
                     .await
-                    .with_context(|| format!("storing {}", key(i)))?;
+                    .map_err(anyhow::Error::msg)?;
             }
         }));
     }
@@ -449,7 +410,7 @@ fn list_all(store: &Store, n: u64) -> Result<(f64, BTreeMap<String, u64>)> {
 
 /// GETs (or PUTs over) random stored objects for `secs` with `clients` at once; per second.
 async fn rates(
-    via: &Via,
+    target: &Target,
     n: u64,
     sizes: (usize, usize),
     clients: usize,
@@ -460,19 +421,20 @@ async fn rates(
     let done = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for c in 0..clients {
-        let (mut client, done) = (via.client().await?, done.clone());
+        let (mut client, done) = (target.client(), done.clone());
         tasks.push(tokio::spawn(async move {
             let mut rng = rand::rngs::StdRng::seed_from_u64(c as u64 ^ n);
             while Instant::now() < until {
                 let i = rng.gen_range(0..n);
                 if put {
                     // The same size as before, other bytes: the count and the mix stay.
-                    let mut v = body(i, sizes, 0);
-                    v.iter_mut().for_each(|b| *b = !*b);
-                    client.put(&key(i), v).await?;
+                    let v: Vec<u8> = body(i, sizes).iter().map(|b| !b).collect();
+                    client.put(BUCKET, &key(i), &v.into()).await
                 } else {
-                    client.get(&key(i)).await?;
+                    let len = body_len_and_rng(i, sizes).0 as u64;
+                    client.get(BUCKET, &key(i), len).await
                 }
+                .map_err(anyhow::Error::msg)?;
                 done.fetch_add(1, Ordering::Relaxed);
             }
             Ok::<_, anyhow::Error>(())

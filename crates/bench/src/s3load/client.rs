@@ -42,7 +42,7 @@ impl std::fmt::Debug for Endpoint {
 }
 
 /// An endpoint resolved to an address, shared by every client.
-pub(super) struct Resolved {
+pub struct Resolved {
     addr: SocketAddr,
     host: http::HeaderValue,
     region: String,
@@ -412,23 +412,6 @@ pub(super) fn status_error(method: &str, path: &str, r: &Reply) -> String {
 }
 
 impl S3Client {
-    /// A client of `endpoint`: one keep-alive connection, opened on first use.
-    pub async fn of(endpoint: &Endpoint) -> Result<S3Client> {
-        Ok(S3Client::new(endpoint.resolve().await?))
-    }
-
-    /// Stores `body` as `bucket/key` (PutObject).
-    pub async fn put(&mut self, bucket: &str, key: &str, body: Vec<u8>) -> Result<(), String> {
-        self.call(Method::PUT, bucket, key, Bytes::from(body))
-            .await
-            .map(|_| ())
-    }
-
-    /// Reads `bucket/key` (GetObject); returns its length.
-    pub async fn get(&mut self, bucket: &str, key: &str) -> Result<u64, String> {
-        self.call(Method::GET, bucket, key, Bytes::new()).await
-    }
-
     /// Sends `method` on `/{bucket}/{key}` (`key` empty: the bucket) with `body`; returns the
     /// answer's body length, or the error a non-2xx answer or the transport gave.
     pub(super) async fn call(

@@ -21,7 +21,7 @@ impl Session {
         store: Option<&Store>,
     ) -> Result<Session> {
         let plan = args.plan()?;
-        let s3 = Target::S3(endpoint.resolve().await?);
+        let s3 = Target::s3(endpoint).await?;
         make_bucket(&s3, &plan).await?;
         let data = object_data(plan.size_bytes, plan.seed);
         preload_via(args, &plan, &s3, store, &data).await?;

@@ -3,25 +3,31 @@
 use super::*;
 
 /// One operation done: body bytes moved and, for reads, the time to the first byte.
-pub(super) struct Done {
-    pub(super) bytes: u64,
-    pub(super) ttfb_ns: Option<u64>,
+pub struct Done {
+    pub bytes: u64,
+    pub ttfb_ns: Option<u64>,
 }
 
-pub(super) enum Client {
+/// One client of a [`Target`]: an S3 client has its own connection.
+pub enum Client {
     S3(Box<S3Client>),
     Store(Store),
 }
 
 /// Where a run sends its operations.
 #[derive(Clone)]
-pub(super) enum Target {
+pub enum Target {
     S3(Arc<Resolved>),
     Store(Store),
 }
 
 impl Target {
-    pub(super) fn client(&self) -> Client {
+    /// The S3 endpoint `endpoint`, resolved once for every client.
+    pub async fn s3(endpoint: &Endpoint) -> Result<Target> {
+        Ok(Target::S3(endpoint.resolve().await?))
+    }
+
+    pub fn client(&self) -> Client {
         match self {
             Target::S3(ep) => Client::S3(Box::new(S3Client::new(ep.clone()))),
             Target::Store(s) => Client::Store(s.clone()),
@@ -37,12 +43,7 @@ impl Target {
 }
 
 impl Client {
-    pub(super) async fn put(
-        &mut self,
-        bucket: &str,
-        key: &str,
-        data: &Bytes,
-    ) -> Result<Done, String> {
+    pub async fn put(&mut self, bucket: &str, key: &str, data: &Bytes) -> Result<Done, String> {
         match self {
             Client::S3(c) => {
                 c.call(Method::PUT, bucket, key, data.clone()).await?;
@@ -63,7 +64,8 @@ impl Client {
         }
     }
 
-    pub(super) async fn get(&mut self, bucket: &str, key: &str, size: u64) -> Result<Done, String> {
+    /// Reads `bucket/key`, which must be `size` bytes long.
+    pub async fn get(&mut self, bucket: &str, key: &str, size: u64) -> Result<Done, String> {
         let (bytes, ttfb_ns) = match self {
             Client::S3(c) => {
                 let path = format!("/{bucket}/{key}");
