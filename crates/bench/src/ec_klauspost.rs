@@ -2,6 +2,7 @@
 //! timed the same way as railstore's engines, in the same run. The Go program (`klauspost/`
 //! beside this file, embedded here) is built on first use with the machine's Go, which fetches
 //! the module from the Go module proxy; without Go the comparison is skipped with the reason.
+//! `RAILSTORE_KLAUSPOST_BIN` names a program built elsewhere instead (for machines without Go).
 
 use crate::ec::{median, Measurement, Point, Row};
 use anyhow::{bail, Context, Result};
@@ -30,6 +31,14 @@ struct Output {
 impl Klauspost {
     /// Builds the program under `dir`; an error says why it cannot (no Go, no module).
     pub fn build(dir: &Path) -> Result<Klauspost> {
+        // A machine without Go (the GPU machine) runs a program built elsewhere.
+        if let Some(prebuilt) = std::env::var_os("RAILSTORE_KLAUSPOST_BIN") {
+            let binary = std::path::absolute(prebuilt)?;
+            if !binary.is_file() {
+                bail!("RAILSTORE_KLAUSPOST_BIN={}: no such file", binary.display());
+            }
+            return Ok(Klauspost { binary });
+        }
         let go = Command::new("go").arg("version").output();
         match go {
             Ok(o) if o.status.success() => {}
@@ -40,7 +49,8 @@ impl Klauspost {
         for (name, body) in [("main.go", MAIN_GO), ("go.mod", GO_MOD), ("go.sum", GO_SUM)] {
             std::fs::write(src.join(name), body)?;
         }
-        let binary = dir.join("klauspost-bench");
+        // Absolute: `go build` runs in the source folder, and a relative `-o` would land there.
+        let binary = std::path::absolute(dir.join("klauspost-bench"))?;
         let out = Command::new("go")
             .args(["build", "-o"])
             .arg(&binary)
