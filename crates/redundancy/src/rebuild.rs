@@ -135,7 +135,8 @@ type LaterKey = (usize, Vec<u8>, u64);
 
 enum Item {
     Object(Vec<u8>),
-    Set(u64, usize),
+    /// A set, the device it was listed on and the piece's key there.
+    Set(u64, usize, Vec<u8>),
 }
 
 impl Inner {
@@ -152,7 +153,7 @@ impl Inner {
         // settles on are leftovers of interrupted writes.
         let mut later_keys: HashMap<Vec<u8>, Vec<LaterKey>> = HashMap::new();
         let mut sets: HashSet<u64> = HashSet::new();
-        let mut set_items: Vec<(u64, usize)> = Vec::new();
+        let mut set_items: Vec<(u64, usize, Vec<u8>)> = Vec::new();
         for &d in &walk {
             let mut req = IterRequest {
                 prefix: Vec::new(),
@@ -186,7 +187,7 @@ impl Inner {
                         Some(DeviceKey::Staged { user_key, version }) => (user_key, Some(version)),
                         Some(DeviceKey::Set { set, .. }) => {
                             if sets.insert(set) {
-                                set_items.push((set, d));
+                                set_items.push((set, d, e.key.clone()));
                             }
                             continue;
                         }
@@ -246,8 +247,20 @@ impl Inner {
                                 Err(_) => r.objects_lost.push(key),
                             }
                         }
-                        Item::Set(set, found_on) => {
-                            let outcome = self.heal_set_by_id(set, found_on, target).await;
+                        Item::Set(set, found_on, listed) => {
+                            let outcome = match self.heal_set_by_id(set, found_on, target).await {
+                                // No descriptor anywhere, and the piece listed is gone too: the
+                                // set was reclaimed since the listing (all its members dead),
+                                // not lost.
+                                None if matches!(
+                                    self.io.exists(found_on, &listed).await,
+                                    Ok(false)
+                                ) =>
+                                {
+                                    Some((0, false, false))
+                                }
+                                outcome => outcome,
+                            };
                             let mut r = report.lock().unwrap();
                             r.sets += 1;
                             match outcome {
@@ -281,7 +294,7 @@ impl Inner {
         run_items(
             set_items
                 .into_iter()
-                .map(|(s, d)| Item::Set(s, d))
+                .map(|(s, d, key)| Item::Set(s, d, key))
                 .collect(),
         )
         .await;

@@ -10,6 +10,7 @@
 //!   while the devices out of service are within the tolerance: beyond it (whether they left
 //!   during the sync or before it), the sync fails.
 
+use futures_util::future::BoxFuture;
 use railstore_device::{
     Device, DeviceError, DeviceInfo, IterBatch, IterRequest, Limits, MemDevice, ReadRange,
     Retrieved, StoreMode,
@@ -32,6 +33,8 @@ struct Flaky {
     hung: AtomicBool,
     /// Syncs fail.
     failing_syncs: AtomicBool,
+    /// Runs once, after the next listing returns (to change the array behind a walk's back).
+    after_listing: Mutex<Option<Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send>>>,
 }
 
 impl Flaky {
@@ -43,6 +46,7 @@ impl Flaky {
             full: AtomicBool::new(false),
             hung: AtomicBool::new(false),
             failing_syncs: AtomicBool::new(false),
+            after_listing: Mutex::new(None),
         })
     }
 
@@ -95,7 +99,12 @@ impl Device for Flaky {
     }
     async fn iterate(&self, req: &IterRequest) -> Result<IterBatch, DeviceError> {
         self.gate().await;
-        self.inner.iterate(req).await
+        let batch = self.inner.iterate(req).await;
+        let hook = self.after_listing.lock().unwrap().take();
+        if let Some(hook) = hook {
+            hook().await;
+        }
+        batch
     }
     async fn info(&self) -> Result<DeviceInfo, DeviceError> {
         self.inner.info().await
@@ -229,6 +238,58 @@ async fn a_member_that_cannot_be_read_keeps_its_set() {
     m.devices().mark_failed(2);
     let (got, _) = m.get(&key, ReadRange::ALL).await.unwrap();
     assert_eq!(got, value);
+}
+
+/// A set reclaimed between a scrub's listing and its check of the set (by another repair, its
+/// last member deleted) is not reported lost: its pieces are gone because nothing needs them.
+#[tokio::test(start_paused = true)]
+async fn a_set_reclaimed_after_the_listing_is_not_counted_lost() {
+    let (m, flaky, _) = array("pack3+3", FaultPolicy::default()).await;
+    let key = b"member".to_vec();
+    m.put(&key, &[7u8; 5000], StoreMode::Upsert, None)
+        .await
+        .unwrap();
+    m.sync().await.unwrap();
+    m.delete(&key).await.unwrap();
+    m.sync().await.unwrap();
+    // After the first device's listing, every piece of the set (parity `p`, descriptors `m`,
+    // the dead member `x`) leaves every device, as a concurrent reclaim would do.
+    let all = flaky.clone();
+    *flaky[0].after_listing.lock().unwrap() = Some(Box::new(move || {
+        Box::pin(async move {
+            for f in &all {
+                let listing = f
+                    .inner
+                    .iterate(&IterRequest {
+                        prefix: Vec::new(),
+                        start_after: None,
+                        entries_max: 100_000,
+                        with_values: false,
+                    })
+                    .await
+                    .unwrap();
+                for e in listing
+                    .entries
+                    .iter()
+                    .filter(|e| b"pmx".contains(&e.key[0]))
+                {
+                    f.inner.delete(&e.key, true).await.unwrap();
+                }
+            }
+        })
+    }));
+    let report = m
+        .scrub(
+            railstore_redundancy::RepairOptions::default(),
+            Arc::new(railstore_redundancy::RepairProgress::default()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.sets, report.sets_reclaimed, report.sets_lost),
+        (1, 0, 0),
+        "{report:?}"
+    );
 }
 
 /// The old version stays on a full device while the overwrite lands on the others. The device
