@@ -3,8 +3,8 @@
 
 use crate::error::{Result, StoreError};
 use crate::record::{
-    chunk_id_of, decode, object_key, part_key, upload_key, version_key, BucketRecord, Id, Kind,
-    ObjectRecord, UploadRecord, TAG_BUCKET, TAG_CHUNK, TAG_OBJECT, TAG_PART, TAG_UPLOAD,
+    chunk_id_of, decode, decode_object, object_key, part_key, upload_key, version_key,
+    BucketRecord, Id, Kind, UploadRecord, TAG_BUCKET, TAG_CHUNK, TAG_OBJECT, TAG_PART, TAG_UPLOAD,
     TAG_VERSION,
 };
 use crate::store::{Bucket, Entry, Store, Stored};
@@ -132,7 +132,7 @@ impl Store {
         let mut last_seq = 0u64;
         for tag in [TAG_OBJECT, TAG_VERSION] {
             for (k, v) in self.records(tag, &mut report).await? {
-                let (rec, _): (ObjectRecord, _) = decode(Kind::Object, &v)?;
+                let (rec, _) = decode_object(&v)?;
                 let Some(b) = by_id.get(&rec.bucket_id).and_then(|n| buckets.get_mut(n)) else {
                     self.remove_record(&k, &mut report).await?;
                     continue;

@@ -18,8 +18,8 @@ use crate::identity::ArrayIdentity;
 use crate::listing;
 use crate::metrics::Metrics;
 use crate::record::{
-    self, bucket_key, chunk_key, decode, encode, object_key, BodyRef, BucketRecord, ChunkRef, Kind,
-    ObjectRecord,
+    self, bucket_key, chunk_key, decode_object, encode, encode_object, object_key, BodyRef,
+    BucketRecord, ChunkRef, Kind, ObjectRecord,
 };
 use crate::types::{
     Body, BucketInfo, ChecksumsAtEnd, GetObject, ListEntry, ListPage, ListQuery, ObjectInfo,
@@ -601,11 +601,7 @@ impl Store {
             upload_id,
             seq,
         };
-        let value = encode(
-            Kind::Object,
-            &rec,
-            written.inline.as_deref().unwrap_or_default(),
-        );
+        let value = encode_object(&rec, written.inline.as_deref().unwrap_or_default());
         // A failed record write discards nothing: some of its pieces may be on the devices, so
         // recovery may yet roll the record forward, and for a completion the chunks still
         // belong to the upload's parts. Chunks no record names go at the next start.
@@ -781,7 +777,7 @@ impl Store {
                         Err(RedundancyError::NotFound { .. }) => continue,
                         Err(e) => return Err(e.into()),
                     };
-                    let (rec, body): (ObjectRecord, &[u8]) = decode(Kind::Object, &value)?;
+                    let (rec, body) = decode_object(&value)?;
                     // The current object's record is whichever it is now; a version's must
                     // be that version.
                     let other = version_id.is_some() && rec.seq != entry.seq;

@@ -15,7 +15,7 @@
 
 use crate::error::{Result, StoreError};
 use crate::listing::rolled_up;
-use crate::record::{decode, encode, object_key, version_key, BodyRef, Kind, ObjectRecord};
+use crate::record::{decode_object, encode_object, object_key, version_key, BodyRef, ObjectRecord};
 use crate::store::{check_key, Bucket, Entry, Store, Stored};
 use crate::types::{ObjectInfo, WriteCondition};
 use railstore_device::{ReadRange, StoreMode};
@@ -304,7 +304,7 @@ impl Store {
             ),
             Stored::Inline => {
                 let (value, _) = self.inner.manager.get(from, ReadRange::ALL).await?;
-                let (rec, bytes): (ObjectRecord, &[u8]) = decode(Kind::Object, &value)?;
+                let (rec, bytes) = decode_object(&value)?;
                 if rec.body != BodyRef::Inline || rec.seq != entry.seq {
                     return Err(StoreError::Corrupt(format!(
                         "{:?}: the record does not match the index",
@@ -322,7 +322,7 @@ impl Store {
             upload_id: entry.upload_id.clone(),
             seq: entry.seq,
         };
-        Ok((encode(Kind::Object, &rec, &inline), mechanism))
+        Ok((encode_object(&rec, &inline), mechanism))
     }
 
     /// Writes the `V` record of the key's current object, which is about to stop being
