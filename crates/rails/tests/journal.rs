@@ -590,6 +590,25 @@ fn three_colour_rails(machine: &mut Machine, seed: u64) -> (Arc<Rails>, Vec<Arc<
     .unwrap()
 }
 
+/// Five devices of five colours, two of them reading, each buffered write journalled `copies`
+/// times.
+fn five_colours_two_reading(
+    machine: &mut Machine,
+    copies: usize,
+) -> (Arc<Rails>, Vec<Arc<dyn Device>>) {
+    let schedule = ScheduleConfig {
+        colours: 5,
+        window_min: 2,
+        window_max: 2,
+        ..two_colours()
+    };
+    let cfg = RailsConfig {
+        journal_copies: copies,
+        ..RailsConfig::new(schedule)
+    };
+    Rails::new(cfg, machine.boot(1, None), (0..5).collect()).unwrap()
+}
+
 fn two_colours() -> ScheduleConfig {
     ScheduleConfig {
         colours: 2,
@@ -1083,17 +1102,7 @@ async fn reserved_keys_are_hidden_and_refused() {
 #[tokio::test(start_paused = true)]
 async fn with_a_writer_failed_a_buffered_write_gets_its_journal_copies_without_waiting() {
     let mut machine = Machine::new(5);
-    let schedule = ScheduleConfig {
-        colours: 5,
-        window_min: 2,
-        window_max: 2,
-        ..two_colours()
-    };
-    let cfg = RailsConfig {
-        journal_copies: 3,
-        ..RailsConfig::new(schedule)
-    };
-    let (rails, devs) = Rails::new(cfg, machine.boot(1, None), (0..5).collect()).unwrap();
+    let (rails, devs) = five_colours_two_reading(&mut machine, 3);
     let by_role =
         |role: Role| -> Vec<usize> { (0..5).filter(|&d| rails.role(d) == role).collect() };
     let (readers, writers) = (by_role(Role::Reader), by_role(Role::Writer));
@@ -1150,6 +1159,46 @@ async fn with_a_writer_failed_a_buffered_write_gets_its_journal_copies_without_w
         holders.iter().any(|&(d, _)| d == readers[1]),
         "no copy on the other reader: {holders:?}"
     );
+}
+
+/// A window that leaves fewer writers than journal copies (RS(3,3) on six devices reading
+/// three asks four copies of three writers): a buffered write takes its last copies on readers
+/// and is acknowledged at once, instead of waiting a frame for writers that never come (every
+/// write of such a store took a whole frame).
+#[tokio::test(start_paused = true)]
+async fn with_fewer_writers_than_journal_copies_a_buffered_write_does_not_wait() {
+    let mut machine = Machine::new(5);
+    let (rails, devs) = five_colours_two_reading(&mut machine, 4);
+    let readers: Vec<usize> = (0..5).filter(|&d| rails.role(d) == Role::Reader).collect();
+    assert_eq!(readers.len(), 2);
+    let target = readers[0];
+    let started = tokio::time::Instant::now();
+    devs[target]
+        .store(b"key", b"v", StoreMode::Upsert)
+        .await
+        .unwrap();
+    let counters = rails.counters(target);
+    assert_eq!(counters.journal_waits.load(Ordering::Relaxed), 0);
+    assert!(
+        started.elapsed() < Duration::from_millis(10),
+        "acknowledged after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(rails.role(target), Role::Reader, "buffered, not written");
+    assert_eq!(counters.journal_records.load(Ordering::Relaxed), 4);
+    // Four copies on four distinct devices: the three writers and the other reader.
+    let mut holders = Vec::new();
+    for (d, cache) in machine.faulty.iter().enumerate() {
+        if !iterate_all(cache.as_ref(), &JOURNAL_KEY_PREFIX, false)
+            .await
+            .unwrap()
+            .is_empty()
+        {
+            holders.push(d);
+        }
+    }
+    let expected: Vec<usize> = (0..5).filter(|&d| d != target).collect();
+    assert_eq!(holders, expected);
 }
 
 /// A replacement being rebuilt serves no reads, so it writes in every frame: its writes go

@@ -20,6 +20,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// Something a test does behind a device's back, once.
+type Hook = Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send>;
+
 /// A memory device whose faults a test turns on and off.
 struct Flaky {
     inner: MemDevice,
@@ -34,7 +37,7 @@ struct Flaky {
     /// Syncs fail.
     failing_syncs: AtomicBool,
     /// Runs once, after the next listing returns (to change the array behind a walk's back).
-    after_listing: Mutex<Option<Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send>>>,
+    after_listing: Mutex<Option<Hook>>,
 }
 
 impl Flaky {

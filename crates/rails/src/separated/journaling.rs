@@ -49,10 +49,12 @@ impl Rails {
     /// The device to journal a write to `d` on: the healthy writer-role device other than `d`
     /// holding the fewest journal bytes, one not flushing a backlog first (a sync of it waits
     /// for that backlog to reach its disk), else `d` itself if it writes (behind its backlog).
-    /// While a device has failed, else any other healthy device, a reader too: the failure may
-    /// have taken the writer a copy needs, and waiting for the next frame would hold every
-    /// buffered write for up to a frame (degraded service, Rails §4.2.1; one small write on a
-    /// reader costs less).
+    /// While a device has failed, or while fewer healthy writers than the journal copies exist
+    /// besides `d` (a window that leaves fewer writer devices than copies: RS(3,3) on six
+    /// devices reading three, its tolerance 3 asking four copies), else any other healthy
+    /// device, a reader too: the failure may have taken the writer a copy needs, and waiting
+    /// for the next frame would hold every buffered write for up to a frame (degraded service,
+    /// Rails §4.2.1; one small write on a reader costs less).
     pub(super) fn journal_device(&self, d: usize, tried: &[usize]) -> Option<usize> {
         let n = self.devices.len();
         let first = self.journal_rr.fetch_add(1, Ordering::Relaxed) % n;
@@ -71,7 +73,13 @@ impl Rails {
             .or_else(|| usable(d).then_some(d))
             .or_else(|| {
                 let degraded = (0..n).any(|x| self.is_failed(x));
-                degraded.then(|| least_held(&healthy)).flatten()
+                // Writers of this frame, those guarding before they read included: a guard
+                // is over within the frame, a window too wide for the copies is not.
+                let writers = (0..n)
+                    .filter(|&w| w != d && !self.is_failed(w) && self.role(w) != Role::Reader)
+                    .count();
+                let short = writers < self.journal_copies();
+                (degraded || short).then(|| least_held(&healthy)).flatten()
             })
     }
 
