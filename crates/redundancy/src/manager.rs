@@ -439,11 +439,12 @@ impl Manager {
         let later = inner.later_segments(key, &place, &first).await?;
         let segments: Vec<&Resolved> = std::iter::once(&first).chain(&later).collect();
         let rewritten = inner.secure_packed(key, &place, &segments).await?;
-        if inner.io.counters.repairs.load(Ordering::Relaxed) != repairs {
+        if rewritten || inner.io.counters.repairs.load(Ordering::Relaxed) != repairs {
             // The version answered may have been on fewer devices than the tolerance needs
-            // (a write cut by a crash): its repaired pieces are made durable before anyone
-            // sees it, or a power cut and a device lost afterwards would bring back the older
-            // one (SIM-17). Repairs of other keys meanwhile only cost this read a sync.
+            // (a write cut by a crash): its repaired (or rewritten) pieces are made durable
+            // before anyone sees it, or a power cut and a device lost afterwards would bring
+            // back the older one (SIM-17). Repairs of other keys meanwhile only cost this read
+            // a sync.
             inner.sync_shared(place.devices()).await?;
         }
         let out: Vec<u8> = segments

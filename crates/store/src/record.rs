@@ -11,7 +11,7 @@
 //!
 //! A record is `RSR1`, a kind byte, the metadata length (u32 LE), the metadata as JSON, then,
 //! for an inline object, the body; object records are written in binary instead (`RSR2`,
-//! [`compact`]: a fifth of the bytes for a small object) and read in either form. The manager
+//! [`compact`]: a quarter of the bytes for a small object) and read in either form. The manager
 //! checksums every piece, so no CRC here.
 //! Object keys are hashed because S3 keys (up to 1024 bytes) outgrow the manager's keys; the
 //! record carries the full key.

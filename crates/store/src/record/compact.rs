@@ -1,7 +1,7 @@
 //! Object records in binary (`RSR2`): what every object has in fixed fields and varints, the
 //! rest (content type, user metadata, headers, checksums, parts, version id, delete marker) as
 //! a JSON map written only when one of them is set, so new optional fields stay cheap to add.
-//! A 100-byte object's record costs about 60 bytes of metadata here against about 280 as JSON
+//! A 100-byte object's record costs 73 bytes of metadata here against 288 as JSON
 //! (`RSR1`, still read). Layout (docs/store.md):
 //!
 //! | field | encoding |
