@@ -150,6 +150,16 @@ async fn array(
     (m, flaky, recorded)
 }
 
+/// A scrub with the default options; it must complete.
+async fn scrub(m: &Manager) -> railstore_redundancy::RepairReport {
+    m.scrub(
+        railstore_redundancy::RepairOptions::default(),
+        Arc::new(railstore_redundancy::RepairProgress::default()),
+    )
+    .await
+    .unwrap()
+}
+
 /// Keys whose primary piece (position 0, the one a fast read takes first) is on device `d`.
 fn keys_with_primary(m: &Manager, d: usize, count: usize) -> Vec<Vec<u8>> {
     (0u32..)
@@ -224,13 +234,7 @@ async fn a_member_that_cannot_be_read_keeps_its_set() {
     m.sync().await.unwrap();
     // The member's own key fails to read; the set's descriptor and parity read.
     *flaky[2].failing_keys_with.lock().unwrap() = Some(key.clone());
-    let report = m
-        .scrub(
-            railstore_redundancy::RepairOptions::default(),
-            Arc::new(railstore_redundancy::RepairProgress::default()),
-        )
-        .await
-        .unwrap();
+    let report = scrub(&m).await;
     assert_eq!(
         (report.sets, report.sets_reclaimed, report.sets_lost),
         (1, 0, 0),
@@ -281,13 +285,7 @@ async fn a_set_reclaimed_after_the_listing_is_not_counted_lost() {
             }
         })
     }));
-    let report = m
-        .scrub(
-            railstore_redundancy::RepairOptions::default(),
-            Arc::new(railstore_redundancy::RepairProgress::default()),
-        )
-        .await
-        .unwrap();
+    let report = scrub(&m).await;
     assert_eq!(
         (report.sets, report.sets_reclaimed, report.sets_lost),
         (1, 0, 0),

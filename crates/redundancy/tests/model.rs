@@ -60,6 +60,24 @@ fn array(n: usize, seed: u64) -> Array {
     Array { mems, faulty }
 }
 
+/// `n` devices whose writes are lost at a crash until synced (a power cut), no other faults.
+fn volatile_array(n: usize) -> Array {
+    let mems: Vec<Arc<MemDevice>> = (0..n).map(|_| mem()).collect();
+    let faulty = mems
+        .iter()
+        .map(|m| {
+            Arc::new(FaultyDevice::new(
+                m.clone(),
+                FaultConfig {
+                    volatile_writes: true,
+                    ..FaultConfig::default()
+                },
+            ))
+        })
+        .collect();
+    Array { mems, faulty }
+}
+
 fn config(policy: Policy) -> ManagerConfig {
     ManagerConfig {
         policy,
@@ -673,20 +691,7 @@ async fn a_packed_member_whose_set_never_landed_is_made_whole_by_recovery() {
 /// then sits on another device than its pointer.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_degraded_packed_overwrite_makes_its_set_durable_before_its_pointers() {
-    let mems: Vec<Arc<MemDevice>> = (0..4).map(|_| mem()).collect();
-    let faulty: Vec<Arc<FaultyDevice>> = mems
-        .iter()
-        .map(|m| {
-            Arc::new(FaultyDevice::new(
-                m.clone(),
-                FaultConfig {
-                    volatile_writes: true,
-                    ..FaultConfig::default()
-                },
-            ))
-        })
-        .collect();
-    let a = Array { mems, faulty };
+    let a = volatile_array(4);
     let cfg = config(Policy::Standalone(Mechanism::parse("pack3+1").unwrap()));
     let m = open_with(&a, cfg.clone()).await;
     let old = vec![1u8; 1000];
@@ -1112,20 +1117,7 @@ async fn a_slow_reader_is_bypassed_by_a_spare_reader() {
 /// next one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_a_careful_read_answered_survives_a_power_cut_and_a_device_loss() {
-    let mems: Vec<Arc<MemDevice>> = (0..3).map(|_| mem()).collect();
-    let faulty: Vec<Arc<FaultyDevice>> = mems
-        .iter()
-        .map(|m| {
-            Arc::new(FaultyDevice::new(
-                m.clone(),
-                FaultConfig {
-                    volatile_writes: true,
-                    ..FaultConfig::default()
-                },
-            ))
-        })
-        .collect();
-    let a = Array { mems, faulty };
+    let a = volatile_array(3);
     let cfg = config(Policy::Standalone(Mechanism::parse("rep3").unwrap()));
     let (old, new) = (vec![1u8; 3000], vec![2u8; 3000]);
     let m = open_with(&a, cfg.clone()).await;
