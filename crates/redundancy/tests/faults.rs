@@ -150,6 +150,21 @@ async fn array(
     (m, flaky, recorded)
 }
 
+/// Every key of a (small) device in one batch.
+fn all_keys() -> IterRequest {
+    IterRequest {
+        prefix: Vec::new(),
+        start_after: None,
+        entries_max: 100_000,
+        with_values: false,
+    }
+}
+
+/// A device key of a packing set's piece: parity `p`, descriptor `m`, dead member `x`.
+fn set_piece(key: &[u8]) -> bool {
+    b"pmx".contains(&key[0])
+}
+
 /// A scrub with the default options; it must complete.
 async fn scrub(m: &Manager) -> railstore_redundancy::RepairReport {
     m.scrub(
@@ -259,27 +274,24 @@ async fn a_set_reclaimed_after_the_listing_is_not_counted_lost() {
     m.sync().await.unwrap();
     m.delete(&key).await.unwrap();
     m.sync().await.unwrap();
-    // After the first device's listing, every piece of the set (parity `p`, descriptors `m`,
-    // the dead member `x`) leaves every device, as a concurrent reclaim would do.
+    // After the listing of a device holding a piece of the set (parity `p`, descriptor `m` or
+    // the dead member `x`: which devices do depends on the set's id), every piece of the set
+    // leaves every device, as a concurrent reclaim would do.
+    let mut holder = None;
+    for (d, f) in flaky.iter().enumerate() {
+        let listing = f.inner.iterate(&all_keys()).await.unwrap();
+        if listing.entries.iter().any(|e| set_piece(&e.key)) {
+            holder = Some(d);
+            break;
+        }
+    }
+    let holder = holder.expect("a device holds a piece of the set");
     let all = flaky.clone();
-    *flaky[0].after_listing.lock().unwrap() = Some(Box::new(move || {
+    *flaky[holder].after_listing.lock().unwrap() = Some(Box::new(move || {
         Box::pin(async move {
             for f in &all {
-                let listing = f
-                    .inner
-                    .iterate(&IterRequest {
-                        prefix: Vec::new(),
-                        start_after: None,
-                        entries_max: 100_000,
-                        with_values: false,
-                    })
-                    .await
-                    .unwrap();
-                for e in listing
-                    .entries
-                    .iter()
-                    .filter(|e| b"pmx".contains(&e.key[0]))
-                {
+                let listing = f.inner.iterate(&all_keys()).await.unwrap();
+                for e in listing.entries.iter().filter(|e| set_piece(&e.key)) {
                     f.inner.delete(&e.key, true).await.unwrap();
                 }
             }
