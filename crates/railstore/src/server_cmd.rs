@@ -387,9 +387,13 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
     let rt = runtime()?;
     rt.block_on(async move {
         tracing::info!(data_dir = %cfg.data_dir.display(), "opening the store");
-        let store = Store::open(cfg.clone())
+        // After a clean shutdown it serves while the objects load (docs/admin.md, "Starting").
+        let store = Store::open_serving(cfg.clone())
             .await
             .context("opening the store")?;
+        if !store.index_loaded() {
+            tracing::info!("serving while the index loads");
+        }
         let status = store.status().await;
         for d in &status.devices {
             tracing::info!(

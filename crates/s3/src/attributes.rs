@@ -19,6 +19,7 @@ pub(crate) async fn get_object_attributes(
     let info = s3
         .store
         .head_object_version(&input.bucket, &input.key, input.version_id.as_deref())
+        .await
         .map_err(store_error)?;
     // As a GET: an SSE-C object's attributes need its key.
     let sealed = sse::Sealed::from_headers(&info.headers)?;

@@ -104,6 +104,7 @@ pub(crate) async fn copy_object(
     let src = s3
         .store
         .head_object_version(&src_bucket, &src_key, src_version.as_deref())
+        .await
         .map_err(store_error)?;
     check_source_conditions!(input, src);
     let src_sealed = sse::Sealed::from_headers(&src.headers)?;
@@ -265,6 +266,7 @@ pub(crate) async fn upload_part_copy(
     let src = s3
         .store
         .head_object_version(&src_bucket, &src_key, src_version.as_deref())
+        .await
         .map_err(store_error)?;
     check_source_conditions!(input, src);
     let src_sealed = sse::Sealed::from_headers(&src.headers)?;

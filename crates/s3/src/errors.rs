@@ -41,7 +41,7 @@ pub(crate) fn store_error(e: StoreError) -> S3Error {
             e.set_headers(h);
             return e;
         }
-        StoreError::ShuttingDown => C::ServiceUnavailable,
+        StoreError::ShuttingDown | StoreError::IndexLoading => C::ServiceUnavailable,
         _ => {
             tracing::error!(error = %e, "internal error");
             return S3Error::with_message(
@@ -163,6 +163,7 @@ mod tests {
                 400,
             ),
             (StoreError::ShuttingDown, "ServiceUnavailable", 503),
+            (StoreError::IndexLoading, "ServiceUnavailable", 503),
             (StoreError::Corrupt("x".into()), "InternalError", 500),
         ];
         for (e, code, st) in cases {

@@ -270,7 +270,7 @@ macro_rules! set_lock_output {
 pub(crate) use set_lock_output;
 
 /// The version a retention or legal-hold request names, in a bucket with object lock.
-fn version_in_lock_bucket(
+async fn version_in_lock_bucket(
     s3: &RailS3,
     bucket: &str,
     key: &str,
@@ -279,6 +279,7 @@ fn version_in_lock_bucket(
     let info = s3
         .store
         .head_object_version(bucket, key, version_id)
+        .await
         .map_err(store_error)?;
     if !enabled(s3, bucket)? {
         return Err(no_lock());
@@ -299,7 +300,8 @@ pub(crate) async fn get_object_retention(
     req: S3Request<GetObjectRetentionInput>,
 ) -> S3Result<S3Response<GetObjectRetentionOutput>> {
     let input = req.input;
-    let info = version_in_lock_bucket(s3, &input.bucket, &input.key, input.version_id.as_deref())?;
+    let info =
+        version_in_lock_bucket(s3, &input.bucket, &input.key, input.version_id.as_deref()).await?;
     let r = retention::retention(&info).ok_or_else(|| {
         no_configuration(
             S3ErrorCode::NoSuchObjectLockConfiguration,
@@ -319,7 +321,7 @@ pub(crate) async fn put_object_retention(
     req: S3Request<PutObjectRetentionInput>,
 ) -> S3Result<S3Response<PutObjectRetentionOutput>> {
     let input = req.input;
-    version_in_lock_bucket(s3, &input.bucket, &input.key, input.version_id.as_deref())?;
+    version_in_lock_bucket(s3, &input.bucket, &input.key, input.version_id.as_deref()).await?;
     let asked = input.retention.unwrap_or_default();
     let new = match (asked.mode.as_ref(), asked.retain_until_date.as_ref()) {
         // An empty retention removes it (a governance one, with the bypass).
@@ -360,7 +362,8 @@ pub(crate) async fn get_object_legal_hold(
     req: S3Request<GetObjectLegalHoldInput>,
 ) -> S3Result<S3Response<GetObjectLegalHoldOutput>> {
     let input = req.input;
-    let info = version_in_lock_bucket(s3, &input.bucket, &input.key, input.version_id.as_deref())?;
+    let info =
+        version_in_lock_bucket(s3, &input.bucket, &input.key, input.version_id.as_deref()).await?;
     let status = if retention::legal_hold(&info) {
         "ON"
     } else {
@@ -378,7 +381,7 @@ pub(crate) async fn put_object_legal_hold(
     req: S3Request<PutObjectLegalHoldInput>,
 ) -> S3Result<S3Response<PutObjectLegalHoldOutput>> {
     let input = req.input;
-    version_in_lock_bucket(s3, &input.bucket, &input.key, input.version_id.as_deref())?;
+    version_in_lock_bucket(s3, &input.bucket, &input.key, input.version_id.as_deref()).await?;
     let status = input
         .legal_hold
         .and_then(|h| h.status)

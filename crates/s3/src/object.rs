@@ -269,6 +269,7 @@ pub(crate) async fn get_object(
         let info = s3
             .store
             .head_object_version(&input.bucket, &input.key, version)
+            .await
             .map_err(missing)?;
         range = part_spec(&info, part_range(&info, n, range)?);
         part = Some((info.etag.clone(), info.parts.max(1)));
@@ -284,6 +285,7 @@ pub(crate) async fn get_object(
                 let info = s3
                     .store
                     .head_object_version(&input.bucket, &input.key, version)
+                    .await
                     .map_err(missing)?;
                 verdict_error(conditions.evaluate(&info.etag, info.last_modified), &info)?;
             }
@@ -355,6 +357,7 @@ pub(crate) async fn head_object(
     let info = s3
         .store
         .head_object_version(&input.bucket, &input.key, input.version_id.as_deref())
+        .await
         .map_err(|e| versioning::read_error(&s3.store, &input.bucket, &input.key, e))?;
     let sealed = sse::Sealed::from_headers(&info.headers)?;
     let conditions = read_conditions!(input);

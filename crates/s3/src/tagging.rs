@@ -159,6 +159,7 @@ pub(crate) async fn get_object_tagging(
     let info = s3
         .store
         .head_object_version(&input.bucket, &input.key, input.version_id.as_deref())
+        .await
         .map_err(store_error)?;
     Ok(S3Response::new(GetObjectTaggingOutput {
         tag_set: to_set(&stored(&info)),

@@ -116,6 +116,13 @@ pub enum StoreError {
     /// The store is shutting down and takes no new work.
     #[error("the store is shutting down")]
     ShuttingDown,
+    /// The index is still loading after the start (listings and other answers that cannot
+    /// wait for it); retry shortly.
+    #[error("the index is still loading after the start; retry shortly")]
+    IndexLoading,
+    /// The index did not load; the store serves nothing that needs it.
+    #[error("the index did not load: {0}")]
+    IndexFailed(String),
     /// A file-system error on the data folder.
     #[error("{what}: {source}")]
     Io {

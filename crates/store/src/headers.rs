@@ -21,6 +21,7 @@ impl Store {
         key: &str,
         change: impl FnOnce(&ObjectInfo, &mut BTreeMap<String, String>) -> Result<()>,
     ) -> Result<ObjectInfo> {
+        self.indexed().await?;
         self.update_version_headers(bucket, key, None, change).await
     }
 
@@ -33,6 +34,7 @@ impl Store {
         version_id: Option<&str>,
         change: impl FnOnce(&ObjectInfo, &mut BTreeMap<String, String>) -> Result<()>,
     ) -> Result<ObjectInfo> {
+        self.indexed().await?;
         self.check_open()?;
         let bucket_id = self.bucket_id(bucket)?;
         let rkey = object_key(bucket_id, key);

@@ -25,6 +25,7 @@ mod scrubber;
 mod store;
 pub mod types;
 mod versions;
+mod warmup;
 
 pub use background::RepairStatus;
 pub use config::{

@@ -62,6 +62,9 @@ impl Store {
         let keys = manager.keys(&[tag]).await?;
         let fetched: Vec<Result<Fetched>> = futures_util::stream::iter(keys)
             .map(|k| async move {
+                if self.inner.closing.load(std::sync::atomic::Ordering::SeqCst) {
+                    return Err(StoreError::ShuttingDown);
+                }
                 let got = if careful {
                     manager.get_resolved(&k).await
                 } else {
@@ -113,15 +116,14 @@ impl Store {
         }
     }
 
-    /// Rebuilds the index from the devices.
-    pub(crate) async fn load(&self) -> Result<LoadReport> {
-        let started = Instant::now();
+    /// The first phase of the start: the buckets, published at once with no objects (their
+    /// count is small; reads that need no more than a bucket and one record are served from
+    /// here on, see `warmup.rs`).
+    pub(crate) async fn load_buckets(&self) -> Result<LoadReport> {
         let mut report = LoadReport::default();
         let mut buckets: BTreeMap<String, Bucket> = BTreeMap::new();
-        let mut by_id: HashMap<u64, String> = HashMap::new();
         for (_, v) in self.records(TAG_BUCKET, &mut report).await? {
             let (rec, _): (BucketRecord, _) = decode(Kind::Bucket, &v)?;
-            by_id.insert(rec.id, rec.name.clone());
             let info = BucketInfo {
                 name: rec.name.clone(),
                 created: rec.created,
@@ -129,6 +131,27 @@ impl Store {
             };
             buckets.insert(rec.name, Bucket::new(info, rec.id));
         }
+        report.buckets = buckets.len();
+        self.inner.state.write().unwrap().buckets = buckets;
+        Ok(report)
+    }
+
+    /// The second phase: every object, version and upload, read from the records into the
+    /// buckets [`Store::load_buckets`] published, interrupted work settled and chunks no
+    /// record names deleted. Nothing may change the index while it runs (see `warmup.rs`).
+    pub(crate) async fn load(&self, mut report: LoadReport) -> Result<LoadReport> {
+        let started = Instant::now();
+        let mut buckets: BTreeMap<String, Bucket> = {
+            let st = self.inner.state.read().unwrap();
+            st.buckets
+                .values()
+                .map(|b| (b.info.name.clone(), Bucket::new(b.info.clone(), b.id)))
+                .collect()
+        };
+        let by_id: HashMap<u64, String> = buckets
+            .values()
+            .map(|b| (b.id, b.info.name.clone()))
+            .collect();
         let mut last_seq = 0u64;
         for tag in [TAG_OBJECT, TAG_VERSION] {
             for (k, v) in self.records(tag, &mut report).await? {
@@ -243,7 +266,7 @@ impl Store {
             .flat_map(|b| b.history.values())
             .map(Vec::len)
             .sum();
-        self.inner.state.write().unwrap().buckets = buckets;
+        self.publish(buckets);
         // After an unclean shutdown the careful reads above rolled records forward or back
         // and rewrote their missing copies: make that durable before anything is served, or
         // the next power cut takes the rewrites back and the object depends on the few pieces
@@ -265,6 +288,12 @@ impl Store {
             "index loaded"
         );
         Ok(report)
+    }
+
+    /// Installs the loaded buckets as the index, with the chunk lists read-throughs hold.
+    fn publish(&self, mut buckets: BTreeMap<String, Bucket>) {
+        self.inner.warmup.adopt(&mut buckets);
+        self.inner.state.write().unwrap().buckets = buckets;
     }
 
     /// Puts a key's versions where they belong when a crash cut a versioning change short

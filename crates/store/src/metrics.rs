@@ -137,6 +137,10 @@ pub struct StoreStatus {
     /// The objects at risk while devices are out of service (`None` while all serve).
     #[serde(default)]
     pub at_risk: Option<crate::risk::RiskReport>,
+    /// The index: `loaded`, `loading` (after a clean start it loads while the store serves;
+    /// until then the counts above cover only what it has) or `failed: why`.
+    #[serde(default)]
+    pub index: String,
 }
 
 fn role_name(r: Role) -> &'static str {
@@ -231,6 +235,11 @@ impl Store {
             repair: self.repair_status(),
             last_scrub: self.last_scrub(),
             at_risk: (!risk.devices_out.is_empty()).then_some(risk),
+            index: match inner.warmup.state() {
+                crate::warmup::IndexState::Ready => "loaded".into(),
+                crate::warmup::IndexState::Loading => "loading".into(),
+                crate::warmup::IndexState::Failed(why) => format!("failed: {why}"),
+            },
         }
     }
 
@@ -279,6 +288,12 @@ impl Store {
             "counter",
             "Body bytes sent.",
             &one(&m.bytes_out),
+        );
+        metric(
+            "index_loaded",
+            "gauge",
+            "1 once the index has loaded (after a clean start it loads while serving).",
+            &[(String::new(), u64::from(status.index == "loaded"))],
         );
         metric(
             "buckets",

@@ -116,6 +116,7 @@ impl Store {
         key: &str,
         options: PutOptions,
     ) -> Result<String> {
+        self.indexed().await?;
         self.check_open()?;
         crate::store::check_key(key)?;
         let bucket_id = self.bucket_id(bucket)?;
@@ -173,6 +174,7 @@ impl Store {
         body: Body,
         options: PartOptions,
     ) -> Result<PartInfo> {
+        self.indexed().await?;
         let PartOptions {
             content_md5,
             checksums,
@@ -278,6 +280,7 @@ impl Store {
         checksums: BTreeMap<String, String>,
         condition: Option<&WriteCondition>,
     ) -> Result<ObjectInfo> {
+        self.indexed().await?;
         self.check_open()?;
         if parts.is_empty() {
             return Err(StoreError::InvalidArgument(
@@ -472,6 +475,7 @@ impl Store {
 
     /// Abandons an upload and frees its parts.
     pub async fn abort_multipart(&self, bucket: &str, key: &str, upload_id: &str) -> Result<()> {
+        self.indexed().await?;
         self.check_open()?;
         let (_, upload) = self.upload(bucket, key, upload_id)?;
         if !self.abort_upload(bucket, &upload).await? {
@@ -514,6 +518,7 @@ impl Store {
 
     /// Uploads in progress in a bucket whose key starts with `prefix`, by key then start time.
     pub fn list_uploads(&self, bucket: &str, prefix: &str) -> Result<Vec<UploadInfo>> {
+        self.index_ready()?;
         let st = self.inner.state.read().unwrap();
         let b = st.bucket(bucket)?;
         let mut out: Vec<UploadInfo> = b
@@ -532,6 +537,7 @@ impl Store {
 
     /// The parts of an upload, by number.
     pub fn list_parts(&self, bucket: &str, key: &str, upload_id: &str) -> Result<Vec<PartInfo>> {
+        self.index_ready()?;
         let (_, upload) = self.upload(bucket, key, upload_id)?;
         let held = upload.parts.lock().unwrap();
         Ok(held.parts.values().map(|p| p.info.clone()).collect())
@@ -539,6 +545,7 @@ impl Store {
 
     /// The options an upload was created with (content type, metadata, checksum algorithm).
     pub fn upload_options(&self, bucket: &str, key: &str, upload_id: &str) -> Result<PutOptions> {
+        self.index_ready()?;
         let (_, upload) = self.upload(bucket, key, upload_id)?;
         let o = &upload.record.options;
         Ok(PutOptions {

@@ -11,6 +11,7 @@ use crate::metrics::Metrics;
 use crate::online::device_watch;
 use crate::scrubber::scrub_schedule;
 use crate::store::{reaper, Committer, Inner, State, Store, CLEAN_MARKER, RECORD_LOCK_STRIPES};
+use crate::warmup::IndexState;
 use railstore_device::{Device, DeviceSlot, MemConfig, MemDevice, RetryingDevice};
 use railstore_placement::Layout;
 use railstore_rails::{AdaptiveWindow, RailsConfig, ScheduleConfig};
@@ -29,7 +30,27 @@ impl Store {
     /// and devices that belong elsewhere; starts degraded (with the devices that are not
     /// current out of service) when the configuration tolerates it.
     pub async fn open(config: StoreConfig) -> Result<Store> {
-        Store::open_loaded(config, None).await
+        Store::open_loaded(config, None, false, None).await
+    }
+
+    /// [`Store::open`] for a server: after a clean shutdown it returns once the buckets are
+    /// read and loads the objects in the background, serving meanwhile what needs no more than
+    /// one record (`warmup.rs`: reads of current versions; writes wait, listings answer
+    /// [`StoreError::IndexLoading`]). After an unclean one it loads everything first, as
+    /// [`Store::open`] does.
+    pub async fn open_serving(config: StoreConfig) -> Result<Store> {
+        Store::open_loaded(config, None, true, None).await
+    }
+
+    /// [`Store::open_serving`] with the background load held after the buckets until the
+    /// returned notify is notified (tests of what the store answers while it loads).
+    #[doc(hidden)]
+    pub async fn open_serving_held(
+        config: StoreConfig,
+    ) -> Result<(Store, Arc<tokio::sync::Notify>)> {
+        let hold = Arc::new(tokio::sync::Notify::new());
+        let store = Store::open_loaded(config, None, true, Some(hold.clone())).await?;
+        Ok((store, hold))
     }
 
     /// [`Store::open`] over devices the caller made, in array order (the whole-system
@@ -40,27 +61,66 @@ impl Store {
         config: StoreConfig,
         devices: Vec<Arc<dyn Device>>,
     ) -> Result<Store> {
-        Store::open_loaded(config, Some(devices)).await
+        Store::open_loaded(config, Some(devices), false, None).await
     }
 
     async fn open_loaded(
         config: StoreConfig,
         injected: Option<Vec<Arc<dyn Device>>>,
+        serve_while_loading: bool,
+        hold: Option<Arc<tokio::sync::Notify>>,
     ) -> Result<Store> {
         let store = Store::open_array(config, None, injected).await?;
-        // Before the store serves: no client waits on its reads.
-        railstore_device::purpose::background(store.load()).await?;
-        let weak = Arc::downgrade(&store.inner);
+        // Loading reads are background work: clients' reads go first.
+        let report = railstore_device::purpose::background(store.load_buckets()).await?;
+        if store.inner.unclean_start || !serve_while_loading {
+            // After a crash the careful load settles every record before anything is served.
+            railstore_device::purpose::background(store.load(report)).await?;
+            store.inner.warmup.set(IndexState::Ready);
+            store.start_background();
+        } else {
+            if let Some(h) = hold {
+                store.inner.warmup.hold(h);
+            }
+            let loader = store.clone();
+            let handle = tokio::spawn(async move {
+                loader.held().await;
+                match railstore_device::purpose::background(loader.load(report)).await {
+                    Ok(_) => {
+                        loader.inner.warmup.set(IndexState::Ready);
+                        loader.start_background();
+                    }
+                    Err(StoreError::ShuttingDown) => {
+                        tracing::info!("the index load stopped: the store is shutting down");
+                        loader
+                            .inner
+                            .warmup
+                            .set(IndexState::Failed(StoreError::ShuttingDown.to_string()));
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "the index did not load");
+                        loader.inner.warmup.set(IndexState::Failed(e.to_string()));
+                    }
+                }
+            });
+            *store.inner.loader.lock().unwrap() = Some(handle);
+        }
+        Ok(store)
+    }
+
+    /// The tasks that run once the index is loaded: chunk reaping, the device watch, the
+    /// scrub schedule.
+    fn start_background(&self) {
+        let weak = Arc::downgrade(&self.inner);
         tokio::spawn(reaper(weak.clone()));
         tokio::spawn(device_watch(
             weak.clone(),
-            store.inner.config.repair.watch_interval,
+            self.inner.config.repair.watch_interval,
         ));
         tokio::spawn(scrub_schedule(
             weak,
-            store.inner.config.repair.scrub_interval,
+            self.inner.config.repair.scrub_interval,
         ));
-        Ok(store)
     }
 
     /// Opens the array without loading the index. With `fresh`, device `fresh` starts empty
@@ -273,6 +333,8 @@ impl Store {
                 unclean_start,
                 scrub_owed: AtomicBool::new(unclean_start),
                 version_clock: AtomicU64::new(0),
+                warmup: crate::warmup::Warmup::new(),
+                loader: Mutex::new(None),
                 config,
             }),
         })
@@ -289,6 +351,12 @@ impl Store {
     pub async fn shutdown(&self) -> Result<()> {
         if self.inner.closing.swap(true, Ordering::SeqCst) {
             return Err(StoreError::ShuttingDown);
+        }
+        // A loader still running stops at its next record (or is let past its test hold).
+        self.inner.warmup.release_hold();
+        let loader = self.inner.loader.lock().unwrap().take();
+        if let Some(l) = loader {
+            let _ = l.await;
         }
         // A rebuild or scrub stops first, so the final sync covers what it wrote.
         self.stop_repair().await;

@@ -25,6 +25,7 @@ use crate::types::{
     Body, BucketInfo, ChecksumsAtEnd, GetObject, ListEntry, ListPage, ListQuery, ObjectInfo,
     PutOptions, RangeSpec, SentMd5,
 };
+use crate::warmup::ReadThrough;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use md5::{Digest, Md5};
@@ -185,6 +186,10 @@ pub(crate) struct Inner {
     pub scrub_owed: AtomicBool,
     /// The last version sequence number given out (see `versions.rs`).
     pub version_clock: AtomicU64,
+    /// Whether the index has loaded (see `warmup.rs`).
+    pub warmup: crate::warmup::Warmup,
+    /// The background load of the index, awaited at shutdown.
+    pub loader: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// The store. Cheap to clone; clones share everything.
@@ -345,6 +350,7 @@ impl Store {
 
     /// Creates a bucket; `Ok(false)` when it exists already (S3 lets an owner re-create it).
     pub async fn create_bucket(&self, name: &str) -> Result<bool> {
+        self.indexed().await?;
         self.check_open()?;
         check_bucket_name(name)?;
         let _ops = self.inner.bucket_ops.lock().await;
@@ -398,6 +404,7 @@ impl Store {
         name: &str,
         value: Option<String>,
     ) -> Result<()> {
+        self.indexed().await?;
         self.check_open()?;
         // Bucket creation and deletion take this lock too: the record written here is the
         // bucket's, not a deleted one's.
@@ -437,6 +444,7 @@ impl Store {
     /// Deletes an empty bucket (no objects and no versions of any). Multipart uploads in
     /// progress are aborted with it.
     pub async fn delete_bucket(&self, name: &str) -> Result<()> {
+        self.indexed().await?;
         self.check_open()?;
         let _ops = self.inner.bucket_ops.lock().await;
         let uploads: Vec<_> = {
@@ -508,6 +516,7 @@ impl Store {
         body: Body,
         options: PutOptions,
     ) -> Result<ObjectInfo> {
+        self.indexed().await?;
         self.check_open()?;
         check_key(key)?;
         let bucket_id = self.bucket_id(bucket)?;
@@ -738,9 +747,8 @@ impl Store {
     }
 
     /// An object's description.
-    pub fn head_object(&self, bucket: &str, key: &str) -> Result<ObjectInfo> {
-        self.inner.metrics.heads.fetch_add(1, Ordering::Relaxed);
-        Ok(self.entry(bucket, key)?.1.info.clone())
+    pub async fn head_object(&self, bucket: &str, key: &str) -> Result<ObjectInfo> {
+        self.head_object_version(bucket, key, None).await
     }
 
     /// Reads an object, or the range of it asked for. The body streams lazily.
@@ -764,6 +772,17 @@ impl Store {
     ) -> Result<GetObject> {
         self.check_open()?;
         self.inner.metrics.gets.fetch_add(1, Ordering::Relaxed);
+        if version_id.is_none() {
+            if let ReadThrough::Found {
+                info,
+                inline,
+                chunks,
+            } = self.read_through(bucket, key).await?
+            {
+                return self.serve(*info, inline, chunks, range);
+            }
+        }
+        self.indexed().await?;
         // An inline object's record may be replaced (or the version moved between its current
         // and older place) between the index lookup and its read; the record read is
         // authoritative, and names chunks only readers of the index hold.
@@ -816,6 +835,39 @@ impl Store {
         })
     }
 
+    /// A GET's answer from a version's description and its body (inline) or chunk list.
+    fn serve(
+        &self,
+        info: ObjectInfo,
+        inline: Option<Vec<u8>>,
+        chunks: Arc<Vec<ChunkRef>>,
+        range: Option<RangeSpec>,
+    ) -> Result<GetObject> {
+        let (start, end) = resolve(range, info.size)?;
+        let body = match inline {
+            Some(body) => {
+                let bytes = Bytes::copy_from_slice(&body[start as usize..end as usize]);
+                self.inner
+                    .metrics
+                    .bytes_out
+                    .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                crate::types::body_from(bytes)
+            }
+            None => chunk_stream(
+                self.clone(),
+                chunks,
+                Mechanism::parse(&info.mechanism).ok(),
+                start,
+                end,
+            ),
+        };
+        Ok(GetObject {
+            info,
+            range: (start, end),
+            body,
+        })
+    }
+
     /// Deletes an object; `Ok(false)` when there was none (S3 answers both the same way). In
     /// a bucket with versioning this makes a delete marker (see [`Store::delete_object_if`]).
     pub async fn delete_object(&self, bucket: &str, key: &str) -> Result<bool> {
@@ -840,6 +892,7 @@ impl Store {
         dst_key: &str,
         options: Option<PutOptions>,
     ) -> Result<ObjectInfo> {
+        self.indexed().await?;
         let src = self.get_object(src_bucket, src_key, None).await?;
         let options = match options {
             Some(o) => o,
@@ -865,6 +918,7 @@ impl Store {
 
     /// One page of a bucket's listing.
     pub fn list_objects(&self, bucket: &str, q: &ListQuery) -> Result<ListPage> {
+        self.index_ready()?;
         self.inner.metrics.lists.fetch_add(1, Ordering::Relaxed);
         let st = self.inner.state.read().unwrap();
         let b = st.bucket(bucket)?;

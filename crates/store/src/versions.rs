@@ -18,6 +18,7 @@ use crate::listing::rolled_up;
 use crate::record::{decode_object, encode_object, object_key, version_key, BodyRef, ObjectRecord};
 use crate::store::{check_key, Bucket, Entry, Store, Stored};
 use crate::types::{ObjectInfo, WriteCondition};
+use crate::warmup::ReadThrough;
 use railstore_device::{ReadRange, StoreMode};
 use railstore_redundancy::Mechanism;
 use std::collections::BTreeMap;
@@ -199,6 +200,7 @@ impl Store {
     /// Turns versioning on or suspends it. It cannot be turned off again (S3 has no way
     /// back: versions exist).
     pub async fn set_versioning(&self, bucket: &str, state: Versioning) -> Result<()> {
+        self.indexed().await?;
         let value = match state {
             Versioning::Enabled => "Enabled",
             Versioning::Suspended => "Suspended",
@@ -386,19 +388,26 @@ impl Store {
     }
 
     /// A version's description (`None`: the current object's).
-    pub fn head_object_version(
+    pub async fn head_object_version(
         &self,
         bucket: &str,
         key: &str,
         version_id: Option<&str>,
     ) -> Result<ObjectInfo> {
         self.inner.metrics.heads.fetch_add(1, Ordering::Relaxed);
+        if version_id.is_none() {
+            if let ReadThrough::Found { info, .. } = self.read_through(bucket, key).await? {
+                return Ok(*info);
+            }
+        }
+        self.indexed().await?;
         Ok(self.locate(bucket, key, version_id)?.0.info.clone())
     }
 
     /// The key's newest version when it is a delete marker (S3 names it when a read finds no
     /// object).
     pub fn latest_delete_marker(&self, bucket: &str, key: &str) -> Option<ObjectInfo> {
+        self.index_ready().ok()?;
         let st = self.inner.state.read().unwrap();
         let b = st.bucket(bucket).ok()?;
         if b.objects.contains_key(key) {
@@ -419,6 +428,7 @@ impl Store {
         key: &str,
         condition: Option<&WriteCondition>,
     ) -> Result<Deleted> {
+        self.indexed().await?;
         self.check_open()?;
         check_key(key)?;
         let bucket_id = self.bucket_id(bucket)?;
@@ -581,6 +591,7 @@ impl Store {
         condition: Option<&WriteCondition>,
         bypass_governance: bool,
     ) -> Result<Deleted> {
+        self.indexed().await?;
         self.check_open()?;
         check_key(key)?;
         let want = parse_version_id(version_id)?;
@@ -674,6 +685,7 @@ impl Store {
 
     /// One page of a bucket's versions (ListObjectVersions).
     pub fn list_versions(&self, bucket: &str, q: &VersionQuery) -> Result<VersionPage> {
+        self.index_ready()?;
         self.inner.metrics.lists.fetch_add(1, Ordering::Relaxed);
         let st = self.inner.state.read().unwrap();
         let b = st.bucket(bucket)?;

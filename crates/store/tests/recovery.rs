@@ -132,7 +132,7 @@ async fn an_overwrite_cut_off_before_its_sync_resolves_to_one_readable_version()
 
     let store = Store::open_with_devices(cfg, devices()).await.unwrap();
     assert_eq!(
-        store.head_object("bkt", "obj").unwrap().size,
+        store.head_object("bkt", "obj").await.unwrap().size,
         got.len() as u64
     );
     let g = store.get_object("bkt", "obj", None).await.unwrap();

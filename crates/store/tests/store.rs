@@ -152,7 +152,7 @@ async fn object_headers_change_in_place_and_persist() {
     drop(store);
     let store = Store::open(cfg).await.unwrap();
     for (key, body) in [("small", &small), ("big", &big)] {
-        let info = store.head_object("bkt", key).unwrap();
+        let info = store.head_object("bkt", key).await.unwrap();
         assert_eq!(info.headers.get("x-test").map(String::as_str), Some(key));
         assert!(get(&store, "bkt", key).await.unwrap() == *body, "{key}");
     }
@@ -228,7 +228,7 @@ async fn objects_of_every_size_round_trip_with_ranges_and_metadata() {
             .unwrap();
         assert_eq!(info.size, len as u64);
         assert_eq!(info.etag, hex_md5(&data));
-        let head = store.head_object("bkt", &key).unwrap();
+        let head = store.head_object("bkt", &key).await.unwrap();
         assert_eq!(head, info);
         assert_eq!(head.user_metadata["colour"], "blue");
         assert_eq!(get(&store, "bkt", &key).await.unwrap(), data, "{len}");
@@ -420,7 +420,7 @@ async fn conditional_writes_take_effect_only_when_their_condition_holds() {
         matches!(missing, Err(StoreError::NoSuchKey { .. })),
         "{missing:?}"
     );
-    assert!(store.head_object("bkt", "nope").is_err());
+    assert!(store.head_object("bkt", "nope").await.is_err());
     assert_eq!(get(&store, "bkt", "k").await.unwrap(), big);
     // A matching ETag (quoted, as HTTP gives it) replaces the object.
     let second = store
@@ -521,7 +521,7 @@ async fn conditional_writes_take_effect_only_when_their_condition_holds() {
         "{refused:?}"
     );
     assert_eq!(store.list_parts("bkt", "race", &id).unwrap().len(), 1);
-    let current = WriteCondition::ETag(store.head_object("bkt", "race").unwrap().etag);
+    let current = WriteCondition::ETag(store.head_object("bkt", "race").await.unwrap().etag);
     store
         .complete_multipart("bkt", "race", &id, &parts, BTreeMap::new(), Some(&current))
         .await
@@ -567,7 +567,7 @@ async fn checksums_known_at_the_end_are_stored_with_the_object() {
         ("SHA1".to_string(), "early".to_string()),
     ]);
     assert_eq!(info.checksums, want);
-    assert_eq!(store.head_object("bkt", "k").unwrap().checksums, want);
+    assert_eq!(store.head_object("bkt", "k").await.unwrap().checksums, want);
 }
 
 fn md5_of(data: &[u8]) -> [u8; 16] {

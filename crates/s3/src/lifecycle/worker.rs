@@ -94,7 +94,7 @@ async fn expire_objects(
             }
         };
         for entry in &page.objects {
-            let Ok(info) = store.head_object(bucket, &entry.key) else {
+            let Ok(info) = store.head_object(bucket, &entry.key).await else {
                 continue;
             };
             let Some((at, rule)) = expiry(rules, &info) else {

@@ -39,14 +39,14 @@ impl World<'_> {
             for k in KEYS {
                 reads.push(ops::read(&store, k, None).await);
             }
-            let heads: Vec<Result<u64, bool>> = KEYS
-                .iter()
-                .map(|k| match store.head_object(BUCKET, k) {
+            let mut heads: Vec<Result<u64, bool>> = Vec::new();
+            for k in KEYS {
+                heads.push(match store.head_object(BUCKET, k).await {
                     Ok(i) => Ok(i.size),
                     Err(StoreError::NoSuchKey { .. }) => Err(true),
                     Err(_) => Err(false),
-                })
-                .collect();
+                });
+            }
             let full = ops::list(&store, "", false, 1000).await;
             let part = ops::list(&store, prefix, delimiter, max_keys).await;
             let mut ranges = Vec::new();
