@@ -465,6 +465,10 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
                 let mut ticks = tokio::time::interval(every);
                 loop {
                     ticks.tick().await;
+                    // Expiry needs listings: not before the index has loaded.
+                    if !store.index_loaded() {
+                        continue;
+                    }
                     let r =
                         railstore_s3::apply_lifecycle(&store, std::time::SystemTime::now()).await;
                     if r.objects_deleted + r.uploads_aborted + r.errors > 0 {

@@ -219,14 +219,32 @@ impl Store {
                 }
             }
             None => {
-                for i in 0..n {
-                    let there = !known || Some(i) == fresh || device_path(&config, i).exists();
+                // Each device reads its index at open (a checkpoint and the log after it):
+                // all at once, one thread each, so a restart takes the slowest, not the sum.
+                let opened: Vec<(bool, Result<Opened>)> = std::thread::scope(|scope| {
+                    let handles: Vec<_> = (0..n)
+                        .map(|i| {
+                            let config = &config;
+                            scope.spawn(move || {
+                                let there =
+                                    !known || Some(i) == fresh || device_path(config, i).exists();
+                                let o = if there {
+                                    open_device(config, i)
+                                } else {
+                                    absent_device(config, i)
+                                };
+                                (there, o)
+                            })
+                        })
+                        .collect();
+                    handles
+                        .into_iter()
+                        .map(|h| h.join().expect("a device open panicked"))
+                        .collect()
+                });
+                for (there, o) in opened {
                     present.push(there);
-                    devices.push(if there {
-                        open_device(&config, i)?
-                    } else {
-                        absent_device(&config, i)?
-                    });
+                    devices.push(o?);
                 }
             }
         }

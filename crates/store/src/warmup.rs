@@ -135,6 +135,8 @@ impl Store {
             .await
             .map_err(|_| StoreError::ShuttingDown)?
             .clone();
+        // A load the shutdown stopped is the shutdown's answer, not a failure.
+        self.check_open()?;
         match state {
             IndexState::Failed(why) => Err(StoreError::IndexFailed(why)),
             _ => Ok(()),
