@@ -20,7 +20,17 @@ pub(crate) struct Access {
 impl S3Access for Access {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
         let signed = cx.credentials().is_some();
-        crate::policy::check(&self.store, signed, cx.s3_op().name(), cx.s3_path())?;
+        let request = crate::policy::Request {
+            headers: cx.headers(),
+            query: cx.uri().query().unwrap_or_default(),
+        };
+        crate::policy::check(
+            &self.store,
+            signed,
+            cx.s3_op().name(),
+            cx.s3_path(),
+            &request,
+        )?;
         if !signed {
             return Ok(());
         }

@@ -60,7 +60,7 @@ fn checked(pairs: Vec<(String, String)>, max: usize) -> S3Result<Tags> {
 
 /// The pairs of a `k=v&k2=v2` text, URL-decoded (`k` alone: empty value); `None` when it is
 /// not URL-encoded.
-fn pairs(v: &str) -> Option<Vec<(String, String)>> {
+pub(crate) fn pairs(v: &str) -> Option<Vec<(String, String)>> {
     v.split('&')
         .filter(|p| !p.is_empty())
         .map(|pair| {

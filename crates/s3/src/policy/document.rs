@@ -2,6 +2,7 @@
 //! Action, Resource, Condition) and their evaluation for a request: an explicit Deny wins,
 //! then an Allow, else the policy says nothing.
 
+use super::condition::{self, Condition, Context};
 use serde_json::{Map, Value};
 
 /// What a policy says of one request.
@@ -20,9 +21,8 @@ struct Statement {
     everyone: bool,
     actions: Vec<String>,
     resources: Vec<String>,
-    /// A `Condition` block: not evaluated, so an Allow with one never applies and a Deny
-    /// with one always does (both err on the side of refusing).
-    conditional: bool,
+    /// The `Condition` block (`condition.rs`): all must hold for the statement to apply.
+    conditions: Vec<Condition>,
 }
 
 /// A parsed bucket policy.
@@ -102,9 +102,9 @@ fn statement(m: &Map<String, Value>, bucket: &str) -> Result<Statement, String> 
             ));
         }
     }
-    let conditional = match field(m, "Condition") {
-        None => false,
-        Some(Value::Object(c)) => !c.is_empty(),
+    let conditions = match field(m, "Condition") {
+        None => Vec::new(),
+        Some(Value::Object(c)) => condition::parse(c)?,
         Some(_) => return Err("a statement's Condition is an object".into()),
     };
     Ok(Statement {
@@ -112,7 +112,7 @@ fn statement(m: &Map<String, Value>, bucket: &str) -> Result<Statement, String> 
         everyone,
         actions,
         resources,
-        conditional,
+        conditions,
     })
 }
 
@@ -148,12 +148,14 @@ impl Policy {
     pub(crate) fn is_public(&self) -> bool {
         self.statements
             .iter()
-            .any(|s| s.allow && s.everyone && !s.conditional)
+            .any(|s| s.allow && s.everyone && s.conditions.is_empty())
     }
 
     /// What the policy says of `action` (`s3:GetObject`) on `resource`
-    /// (`arn:aws:s3:::bucket/key`) by this server's callers: the owner or anyone unsigned.
-    pub(crate) fn decide(&self, action: &str, resource: &str) -> Decision {
+    /// (`arn:aws:s3:::bucket/key`) by this server's callers (the owner or anyone unsigned),
+    /// with the request's condition keys in `cx`. A condition that cannot be told keeps an
+    /// Allow from applying and lets a Deny apply.
+    pub(crate) fn decide(&self, action: &str, resource: &str, cx: &dyn Context) -> Decision {
         let applies = |s: &Statement| {
             // Named principals are other accounts' users: never this server's callers.
             s.everyone
@@ -162,13 +164,19 @@ impl Policy {
                     .iter()
                     .any(|r| wildcard_match(r, resource, false))
         };
-        if self.statements.iter().any(|s| !s.allow && applies(s)) {
+        let denies = |s: &Statement| s.conditions.iter().all(|c| c.holds(cx) != Some(false));
+        let allows = |s: &Statement| s.conditions.iter().all(|c| c.holds(cx) == Some(true));
+        if self
+            .statements
+            .iter()
+            .any(|s| !s.allow && applies(s) && denies(s))
+        {
             return Decision::Deny;
         }
         if self
             .statements
             .iter()
-            .any(|s| s.allow && !s.conditional && applies(s))
+            .any(|s| s.allow && applies(s) && allows(s))
         {
             return Decision::Allow;
         }
@@ -178,7 +186,7 @@ impl Policy {
 
 /// `*` (any run) and `?` (any one character) patterns, as IAM matches actions (without
 /// regard to case) and resources.
-fn wildcard_match(pattern: &str, text: &str, ignore_case: bool) -> bool {
+pub(crate) fn wildcard_match(pattern: &str, text: &str, ignore_case: bool) -> bool {
     let norm = |s: &str| -> Vec<char> {
         if ignore_case {
             s.to_ascii_lowercase().chars().collect()
@@ -211,6 +219,22 @@ fn wildcard_match(pattern: &str, text: &str, ignore_case: bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::condition::Lookup;
+
+    /// A request that carries only the headers given; its address is unknown.
+    struct Headers(Vec<(&'static str, &'static str)>);
+
+    impl Context for Headers {
+        fn lookup(&self, key: &str) -> Lookup {
+            if key == "aws:sourceip" {
+                return Lookup::Unknown;
+            }
+            let values = self.0.iter().filter(|(k, _)| *k == key);
+            Lookup::Known(values.map(|(_, v)| v.to_string()).collect())
+        }
+    }
+
+    const PLAIN: &Headers = &Headers(Vec::new());
 
     fn policy(statement: &str) -> Result<Policy, String> {
         Policy::parse(
@@ -245,11 +269,11 @@ mod tests {
         )
         .unwrap();
         assert!(p.is_public());
-        let get = p.decide("s3:GetObject", "arn:aws:s3:::bkt/a");
+        let get = p.decide("s3:GetObject", "arn:aws:s3:::bkt/a", PLAIN);
         assert_eq!(get, Decision::Allow);
-        let keep = p.decide("s3:DeleteObject", "arn:aws:s3:::bkt/keep/x");
+        let keep = p.decide("s3:DeleteObject", "arn:aws:s3:::bkt/keep/x", PLAIN);
         assert_eq!(keep, Decision::Deny);
-        let list = p.decide("s3:ListBucket", "arn:aws:s3:::bkt");
+        let list = p.decide("s3:ListBucket", "arn:aws:s3:::bkt", PLAIN);
         assert_eq!(list, Decision::Silent);
         let c = policy(
             r#"{"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::bkt/*",
@@ -257,13 +281,36 @@ mod tests {
         )
         .unwrap();
         assert!(!c.is_public());
-        let got = c.decide("s3:GetObject", "arn:aws:s3:::bkt/a");
+        let got = c.decide("s3:GetObject", "arn:aws:s3:::bkt/a", PLAIN);
         assert_eq!(got, Decision::Silent);
         let named = policy(
             r#"{"Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::s3tenant1:root"}, "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::bkt"}"#,
         )
         .unwrap();
         assert!(!named.is_public());
+    }
+
+    #[test]
+    fn a_deny_applies_when_its_conditions_hold_or_cannot_be_told() {
+        let p = policy(
+            r#"{"Effect": "Deny", "Principal": "*", "Action": "s3:PutObject", "Resource": "arn:aws:s3:::bkt/*",
+                "Condition": {"StringNotEquals": {"s3:x-amz-server-side-encryption": "AES256"}}},
+               {"Effect": "Deny", "Principal": "*", "Action": "s3:DeleteObject", "Resource": "arn:aws:s3:::bkt/*",
+                "Condition": {"NotIpAddress": {"aws:SourceIp": "10.0.0.0/8"}}}"#,
+        )
+        .unwrap();
+        let put = |cx: &Headers| p.decide("s3:PutObject", "arn:aws:s3:::bkt/k", cx);
+        assert_eq!(put(PLAIN), Decision::Deny, "unencrypted");
+        let sse = Headers(vec![("s3:x-amz-server-side-encryption", "AES256")]);
+        assert_eq!(put(&sse), Decision::Silent);
+        let kms = Headers(vec![("s3:x-amz-server-side-encryption", "aws:kms")]);
+        assert_eq!(put(&kms), Decision::Deny);
+        let delete = p.decide("s3:DeleteObject", "arn:aws:s3:::bkt/k", PLAIN);
+        assert_eq!(
+            delete,
+            Decision::Deny,
+            "the address is unknown: the deny stands"
+        );
     }
 
     #[test]

@@ -3,11 +3,14 @@
 //! Allow to everyone (`Principal: *`) opens the bucket to unsigned requests unless the public
 //! access block restricts it.
 
+mod condition;
 mod document;
 
 use crate::errors::{err, no_configuration, store_error};
 use crate::service::RailS3;
+use condition::{Context, Lookup};
 use document::{Decision, Policy};
+use http::HeaderMap;
 use railstore_store::Store;
 use s3s::dto::*;
 use s3s::path::S3Path;
@@ -210,12 +213,85 @@ fn open_to_public(op: &str) -> bool {
     )
 }
 
+/// What a request says to a policy's conditions: its `x-amz-*` headers (`s3:x-amz-acl`,
+/// `s3:x-amz-server-side-encryption`, …), its listing parameters (`s3:prefix`,
+/// `s3:delimiter`, `s3:max-keys`), `s3:VersionId`, the tags it sets (`s3:RequestObjectTag/K`,
+/// `s3:RequestObjectTagKeys`), `aws:UserAgent` and `aws:Referer`. Anything else — the caller's
+/// address, an object's stored tags, the time — is unknown here.
+pub(crate) struct Request<'a> {
+    pub headers: &'a HeaderMap,
+    pub query: &'a str,
+}
+
+impl Request<'_> {
+    fn header(&self, name: &str) -> Vec<String> {
+        self.headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn query(&self, name: &str) -> Vec<String> {
+        self.query
+            .split('&')
+            .filter_map(|kv| {
+                let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                (crate::guard::percent_decode(k) == name).then(|| crate::guard::percent_decode(v))
+            })
+            .collect()
+    }
+
+    fn request_tags(&self) -> Vec<(String, String)> {
+        self.header("x-amz-tagging")
+            .first()
+            .and_then(|t| crate::tagging::pairs(t))
+            .unwrap_or_default()
+    }
+}
+
+impl Context for Request<'_> {
+    fn lookup(&self, key: &str) -> Lookup {
+        let known = Lookup::Known;
+        if let Some(h) = key.strip_prefix("s3:").filter(|h| h.starts_with("x-amz-")) {
+            return known(self.header(h));
+        }
+        if let Some(tag) = key.strip_prefix("s3:requestobjecttag/") {
+            let tags = self.request_tags();
+            // Tag keys are case-sensitive; condition keys arrive lower-cased.
+            let values = tags
+                .into_iter()
+                .filter(|(k, _)| k.eq_ignore_ascii_case(tag));
+            return known(values.map(|(_, v)| v).collect());
+        }
+        match key {
+            "s3:prefix" => known(self.query("prefix")),
+            "s3:delimiter" => known(self.query("delimiter")),
+            "s3:max-keys" => known(self.query("max-keys")),
+            "s3:versionid" => known(self.query("versionId")),
+            "s3:requestobjecttagkeys" => {
+                known(self.request_tags().into_iter().map(|(k, _)| k).collect())
+            }
+            "aws:useragent" => known(self.header("user-agent")),
+            "aws:referer" => known(self.header("referer")),
+            _ => Lookup::Unknown,
+        }
+    }
+}
+
 /// Whether the bucket's policy lets this request through: `signed` says whether it carries
 /// the server's signature (the owner). The owner is refused only by an explicit Deny (never
 /// for managing the policy itself, so a policy cannot lock its owner out); an unsigned request
 /// needs an Allow to everyone, no `RestrictPublicBuckets`, and an operation on objects
 /// ([`open_to_public`]).
-pub(crate) fn check(store: &Store, signed: bool, op: &str, path: &S3Path) -> S3Result<()> {
+pub(crate) fn check(
+    store: &Store,
+    signed: bool,
+    op: &str,
+    path: &S3Path,
+    request: &Request<'_>,
+) -> S3Result<()> {
     let (bucket, resource) = match path {
         S3Path::Root => (None, String::new()),
         S3Path::Bucket { bucket } => (Some(bucket), format!("arn:aws:s3:::{bucket}")),
@@ -234,7 +310,7 @@ pub(crate) fn check(store: &Store, signed: bool, op: &str, path: &S3Path) -> S3R
         return if signed { Ok(()) } else { Err(unsigned()) };
     };
     let action = action(op);
-    let decision = policy.decide(&action, &resource);
+    let decision = policy.decide(&action, &resource, request);
     if signed {
         let manages_policy = matches!(
             action.as_str(),
