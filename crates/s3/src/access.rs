@@ -20,9 +20,14 @@ pub(crate) struct Access {
 impl S3Access for Access {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
         let signed = cx.credentials().is_some();
+        let source = cx
+            .extensions_mut()
+            .get::<crate::server::PeerAddr>()
+            .map(|p| p.0.ip());
         let request = crate::policy::Request {
             headers: cx.headers(),
             query: cx.uri().query().unwrap_or_default(),
+            source,
         };
         crate::policy::check(
             &self.store,

@@ -410,6 +410,10 @@ async fn next_slot(slots: &Arc<Semaphore>, full: &AtomicBool, max: usize) -> Own
         .expect("the semaphore is never closed")
 }
 
+/// The address a request came from (its connection's peer), in the request's extensions.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PeerAddr(pub SocketAddr);
+
 async fn connection(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
@@ -418,8 +422,10 @@ async fn connection(
     _slot: OwnedSemaphorePermit,
 ) {
     let limits = router.limits.clone();
-    let service = hyper::service::service_fn(move |req| {
+    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         let router = router.clone();
+        // Policies' `aws:SourceIp` is the TCP peer (policy/condition.rs).
+        req.extensions_mut().insert(PeerAddr(peer));
         async move { router.route(req).await }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();

@@ -6,8 +6,8 @@
 //! which asks exactly whether the key is missing. `ForAnyValue:` and `ForAllValues:` qualify
 //! keys with several values (`s3:RequestObjectTagKeys`).
 //!
-//! What this server cannot know — the caller's address, an object's stored tags, the date, an
-//! operator it does not implement — is *undetermined*: an Allow that depends on it never
+//! What this server cannot know — an object's stored tags, the date, an operator it does not
+//! implement, the caller's address when it was not served over TCP — is *undetermined*: an Allow that depends on it never
 //! applies and a Deny that depends on it always does, so an unknown errs on the side of
 //! refusing.
 
@@ -30,7 +30,9 @@ enum Op {
     NumericGreaterThanEquals,
     Bool,
     Null,
-    /// Date, IP address and ARN operators: known to IAM, not evaluated here.
+    IpAddress,
+    NotIpAddress,
+    /// Date, ARN and binary operators: known to IAM, not evaluated here.
     Unevaluated,
 }
 
@@ -51,14 +53,14 @@ impl Op {
             "NumericGreaterThanEquals" => Op::NumericGreaterThanEquals,
             "Bool" => Op::Bool,
             "Null" => Op::Null,
+            "IpAddress" => Op::IpAddress,
+            "NotIpAddress" => Op::NotIpAddress,
             "DateEquals"
             | "DateNotEquals"
             | "DateLessThan"
             | "DateLessThanEquals"
             | "DateGreaterThan"
             | "DateGreaterThanEquals"
-            | "IpAddress"
-            | "NotIpAddress"
             | "ArnEquals"
             | "ArnNotEquals"
             | "ArnLike"
@@ -76,6 +78,7 @@ impl Op {
                 | Op::StringNotEqualsIgnoreCase
                 | Op::StringNotLike
                 | Op::NumericNotEquals
+                | Op::NotIpAddress
         )
     }
 
@@ -98,9 +101,44 @@ impl Op {
             Op::NumericGreaterThan => num(|a, b| a > b),
             Op::NumericGreaterThanEquals => num(|a, b| a >= b),
             Op::Bool => have.eq_ignore_ascii_case(want),
+            Op::IpAddress | Op::NotIpAddress => in_cidr(have, want),
             Op::Null | Op::Unevaluated => false,
         }
     }
+}
+
+/// Whether address `ip` is in `cidr` (`10.0.0.0/8`, `2001:db8::/32`, or one address). An
+/// IPv4 address given as IPv6 (`::ffff:a.b.c.d`) counts as IPv4.
+fn in_cidr(ip: &str, cidr: &str) -> bool {
+    use std::net::IpAddr;
+    let v4 = |a: IpAddr| match a {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(a, IpAddr::V4),
+        a => a,
+    };
+    let (net, len) = cidr.split_once('/').unwrap_or((cidr, ""));
+    let (Ok(ip), Ok(net)) = (ip.parse::<IpAddr>(), net.parse::<IpAddr>()) else {
+        return false;
+    };
+    let bits = |a: IpAddr| -> (u128, u32) {
+        match v4(a) {
+            IpAddr::V4(v) => (u32::from(v) as u128, 32),
+            IpAddr::V6(v) => (u128::from(v), 128),
+        }
+    };
+    let ((have, width), (want, net_width)) = (bits(ip), bits(net));
+    if width != net_width {
+        return false;
+    }
+    let len = if len.is_empty() {
+        width
+    } else {
+        match len.parse::<u32>() {
+            Ok(l) if l <= width => l,
+            _ => return false,
+        }
+    };
+    let shift = width - len;
+    shift >= width || have >> shift == want >> shift
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,7 +259,7 @@ mod tests {
 
     impl Context for Given {
         fn lookup(&self, key: &str) -> Lookup {
-            if key == "aws:sourceip" {
+            if key == "aws:sourceip" && !self.0.contains_key(key) {
                 return Lookup::Unknown;
             }
             Lookup::Known(
@@ -268,6 +306,25 @@ mod tests {
     }
 
     #[test]
+    fn addresses_in_networks() {
+        assert!(in_cidr("10.1.2.3", "10.0.0.0/8"));
+        assert!(!in_cidr("11.1.2.3", "10.0.0.0/8"));
+        assert!(in_cidr("127.0.0.1", "127.0.0.1"));
+        assert!(in_cidr("::ffff:127.0.0.1", "127.0.0.0/8"));
+        assert!(in_cidr("2001:db8::1", "2001:db8::/32"));
+        assert!(!in_cidr("2001:db9::1", "2001:db8::/32"));
+        assert!(!in_cidr("10.1.2.3", "2001:db8::/32"));
+        assert!(in_cidr("1.2.3.4", "0.0.0.0/0"));
+        assert!(!in_cidr("1.2.3.4", "1.2.3.0/33"));
+        assert!(!in_cidr("not an address", "10.0.0.0/8"));
+        let cx = Given(HashMap::from([("aws:sourceip", vec!["192.168.1.9"])]));
+        let not_in = one(r#"{"NotIpAddress": {"aws:SourceIp": ["10.0.0.0/8", "172.16.0.0/12"]}}"#);
+        assert_eq!(not_in.holds(&cx), Some(true));
+        let inside = one(r#"{"IpAddress": {"aws:SourceIp": "192.168.0.0/16"}}"#);
+        assert_eq!(inside.holds(&cx), Some(true));
+    }
+
+    #[test]
     fn operators_and_quantifiers() {
         let cx = Given(HashMap::from([
             ("s3:prefix", vec!["public/photos"]),
@@ -293,7 +350,7 @@ mod tests {
         let any = one(r#"{"ForAnyValue:StringEquals": {"s3:RequestObjectTagKeys": ["b", "z"]}}"#);
         assert_eq!(any.holds(&cx), Some(true));
         let ip = one(r#"{"IpAddress": {"aws:SourceIp": "10.0.0.0/8"}}"#);
-        assert_eq!(ip.holds(&cx), None);
+        assert_eq!(ip.holds(&cx), None, "an address the server does not know");
         let v: Value = serde_json::from_str(r#"{"StringSorta": {"k": "v"}}"#).unwrap();
         assert!(parse(v.as_object().unwrap()).is_err());
     }

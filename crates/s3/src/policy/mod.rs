@@ -216,11 +216,14 @@ fn open_to_public(op: &str) -> bool {
 /// What a request says to a policy's conditions: its `x-amz-*` headers (`s3:x-amz-acl`,
 /// `s3:x-amz-server-side-encryption`, …), its listing parameters (`s3:prefix`,
 /// `s3:delimiter`, `s3:max-keys`), `s3:VersionId`, the tags it sets (`s3:RequestObjectTag/K`,
-/// `s3:RequestObjectTagKeys`), `aws:UserAgent` and `aws:Referer`. Anything else — the caller's
-/// address, an object's stored tags, the time — is unknown here.
+/// `s3:RequestObjectTagKeys`), `aws:UserAgent`, `aws:Referer` and `aws:SourceIp` (the TCP
+/// peer: behind a proxy, the proxy). Anything else — an object's stored tags, the time — is
+/// unknown here.
 pub(crate) struct Request<'a> {
     pub headers: &'a HeaderMap,
     pub query: &'a str,
+    /// The connection's peer (`aws:SourceIp`); unknown when served another way.
+    pub source: Option<std::net::IpAddr>,
 }
 
 impl Request<'_> {
@@ -275,6 +278,10 @@ impl Context for Request<'_> {
             }
             "aws:useragent" => known(self.header("user-agent")),
             "aws:referer" => known(self.header("referer")),
+            "aws:sourceip" => match self.source {
+                Some(ip) => known(vec![ip.to_string()]),
+                None => Lookup::Unknown,
+            },
             _ => Lookup::Unknown,
         }
     }

@@ -1,6 +1,7 @@
 //! Bucket policies and the public access block through the SDK: stored and returned as given,
 //! malformed ones refused, an Allow to everyone opening the bucket to unsigned reads (until
-//! the block restricts it or the policy goes), an explicit Deny refusing even the owner.
+//! the block restricts it or the policy goes), an explicit Deny refusing even the owner, and
+//! conditions (the caller's address, request headers) deciding whether a Deny applies.
 
 use crate::common::*;
 
@@ -193,4 +194,62 @@ async fn policies_open_and_close_a_bucket() {
         .await
         .unwrap();
     s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditions_on_the_callers_address_and_headers_decide_a_deny() {
+    // A master key, for SSE-S3.
+    let s = start_configured(false, |c| {
+        c.keyring = railstore_s3::Keyring::new([42; 32]);
+    })
+    .await;
+    let b = s.bucket("cond").await;
+    s.put(&b, "k", b"v".to_vec()).await;
+    let deny_reads_unless_from = |net: &str| {
+        format!(
+            r#"{{"Version": "2012-10-17", "Statement": [
+                {{"Effect": "Deny", "Principal": "*", "Action": "s3:GetObject",
+                  "Resource": "arn:aws:s3:::{b}/*",
+                  "Condition": {{"NotIpAddress": {{"aws:SourceIp": "{net}"}}}}}},
+                {{"Effect": "Deny", "Principal": "*", "Action": "s3:PutObject",
+                  "Resource": "arn:aws:s3:::{b}/*",
+                  "Condition": {{"Null": {{"s3:x-amz-server-side-encryption": "true"}}}}}}]}}"#
+        )
+    };
+    let set = |policy: String| {
+        let client = s.client.clone();
+        let b = b.clone();
+        async move {
+            client
+                .put_bucket_policy()
+                .bucket(&b)
+                .policy(policy)
+                .send()
+                .await
+                .unwrap();
+        }
+    };
+    let get = || s.client.get_object().bucket(&b).key("k").send();
+    // The test's client is on loopback: inside 127.0.0.0/8, outside 10.0.0.0/8.
+    set(deny_reads_unless_from("127.0.0.0/8")).await;
+    assert!(get().await.is_ok());
+    set(deny_reads_unless_from("10.0.0.0/8")).await;
+    let e = get().await.unwrap_err();
+    assert_eq!(code(&e).as_deref(), Some("AccessDenied"));
+    // The PUT deny holds for a request without the header only.
+    let put = |sse: bool| {
+        let mut req = s
+            .client
+            .put_object()
+            .bucket(&b)
+            .key("p")
+            .body(b"x".to_vec().into());
+        if sse {
+            req = req.server_side_encryption(aws_sdk_s3::types::ServerSideEncryption::Aes256);
+        }
+        req.send()
+    };
+    let e = put(false).await.unwrap_err();
+    assert_eq!(code(&e).as_deref(), Some("AccessDenied"));
+    assert!(put(true).await.is_ok());
 }
