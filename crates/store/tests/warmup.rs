@@ -46,6 +46,15 @@ async fn stored(dir: &std::path::Path, objects: &[(String, Vec<u8>)]) {
     store.shutdown().await.unwrap();
 }
 
+/// How many objects bucket `bkt` lists (it must list).
+fn listed(store: &Store) -> usize {
+    store
+        .list_objects("bkt", &list_all())
+        .unwrap()
+        .objects
+        .len()
+}
+
 fn list_all() -> ListQuery {
     ListQuery {
         max_keys: 1000,
@@ -144,14 +153,7 @@ async fn after_an_unclean_start_the_index_loads_before_anything_is_served() {
     let (store, _hold) = Store::open_serving_held(config(dir.path())).await.unwrap();
     assert!(store.unclean_start());
     assert!(store.index_loaded(), "served before the careful load");
-    assert_eq!(
-        store
-            .list_objects("bkt", &list_all())
-            .unwrap()
-            .objects
-            .len(),
-        1
-    );
+    assert_eq!(listed(&store), 1);
     store.shutdown().await.unwrap();
 }
 
@@ -167,14 +169,7 @@ async fn a_shutdown_while_the_index_loads_stops_the_load_and_the_next_start_is_w
     drop(store);
     let store = Store::open(config(dir.path())).await.unwrap();
     assert!(!store.unclean_start());
-    assert_eq!(
-        store
-            .list_objects("bkt", &list_all())
-            .unwrap()
-            .objects
-            .len(),
-        50
-    );
+    assert_eq!(listed(&store), 50);
     for i in 0..50 {
         assert_eq!(
             read(&store, "bkt", &format!("k{i:02}")).await,
