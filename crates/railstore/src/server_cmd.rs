@@ -41,6 +41,16 @@ pub struct ServerSection {
     pub access_key: Option<String>,
     /// Secret key.
     pub secret_key: Option<String>,
+    /// The canonical id of that key pair's user.
+    #[serde(default = "default_user_id")]
+    pub user_id: String,
+    /// Its display name (by default its id).
+    pub display_name: Option<String>,
+    /// Its email, for ACL grants by address.
+    pub email: Option<String>,
+    /// More users, each with its own key pair.
+    #[serde(default)]
+    pub users: Vec<UserSection>,
     /// Connections served at once; more wait in the listen backlog.
     #[serde(default = "default_connections_max")]
     pub connections_max: usize,
@@ -73,6 +83,38 @@ pub struct ServerSection {
     pub nbd_socket: Option<PathBuf>,
 }
 
+/// One `[[server.users]]` entry.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserSection {
+    /// Canonical id.
+    pub id: String,
+    /// Display name (by default the id).
+    pub display_name: Option<String>,
+    /// Email, for ACL grants by address.
+    pub email: Option<String>,
+    /// Access key id.
+    pub access_key: String,
+    /// Secret key.
+    pub secret_key: String,
+}
+
+impl UserSection {
+    fn user(&self) -> railstore_s3::User {
+        railstore_s3::User {
+            id: self.id.clone(),
+            display_name: self.display_name.clone().unwrap_or_else(|| self.id.clone()),
+            email: self.email.clone(),
+            access_key: self.access_key.clone(),
+            secret_key: self.secret_key.clone(),
+        }
+    }
+}
+
+fn default_user_id() -> String {
+    railstore_s3::MAIN_USER_ID.to_string()
+}
+
 fn default_lifecycle_interval_s() -> u64 {
     3600
 }
@@ -85,6 +127,13 @@ impl std::fmt::Debug for ServerSection {
             .field("region", &self.region)
             .field("access_key", &self.access_key)
             .field("secret_key", &hidden(&self.secret_key))
+            .field("user_id", &self.user_id)
+            .field("display_name", &self.display_name)
+            .field("email", &self.email)
+            .field(
+                "users",
+                &self.users.iter().map(UserSection::user).collect::<Vec<_>>(),
+            )
             .field("connections_max", &self.connections_max)
             .field("header_read_timeout_ms", &self.header_read_timeout_ms)
             .field("body_idle_timeout_ms", &self.body_idle_timeout_ms)
@@ -130,6 +179,10 @@ impl Default for ServerSection {
             region: default_region(),
             access_key: None,
             secret_key: None,
+            user_id: default_user_id(),
+            display_name: None,
+            email: None,
+            users: Vec::new(),
             connections_max: default_connections_max(),
             header_read_timeout_ms: default_header_read_timeout_ms(),
             body_idle_timeout_ms: default_body_idle_timeout_ms(),
@@ -153,6 +206,13 @@ impl ServerSection {
             region: self.region.clone(),
             access_key,
             secret_key,
+            user_id: self.user_id.clone(),
+            display_name: self
+                .display_name
+                .clone()
+                .unwrap_or_else(|| self.user_id.clone()),
+            email: self.email.clone(),
+            users: self.users.iter().map(UserSection::user).collect(),
             domain: None,
             limits: railstore_s3::Limits {
                 connections_max: self.connections_max,
@@ -449,6 +509,10 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
             );
         } else {
             tracing::info!(access_key = %access_key, "S3 access key");
+        }
+        tracing::info!(user = %server.user_id, "the main user (that key pair's)");
+        for u in &server.users {
+            tracing::info!(user = %u.id, access_key = %u.access_key, "S3 user");
         }
         if store.unclean_start() {
             tracing::warn!("the last run did not shut down cleanly; scrubbing in the background");
@@ -995,5 +1059,34 @@ mod tests {
             !shown.contains("s3cr3t-key") && !shown.contains("t0ken"),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn more_users_come_from_the_server_table_and_must_not_clash() {
+        let text = |second_id: &str| {
+            format!(
+                "user_id = \"main\"\n\
+                 [[users]]\nid = \"alt\"\naccess_key = \"AK2\"\nsecret_key = \"alt-s3cr3t\"\n\
+                 [[users]]\nid = \"{second_id}\"\ndisplay_name = \"Carol\"\nemail = \"c@x\"\n\
+                 access_key = \"AK3\"\nsecret_key = \"s3\"\n"
+            )
+        };
+        let server: ServerSection = toml::from_str(&text("carol")).unwrap();
+        let users = server.s3_config("AK1".into(), "s1".into()).users().unwrap();
+        assert_eq!(users.main().id, "main");
+        assert_eq!(users.main().access_key, "AK1");
+        assert_eq!(users.by_access_key("AK2").unwrap().display_name, "alt");
+        assert_eq!(users.by_email("c@x").unwrap().display_name, "Carol");
+        let shown = format!("{server:?}");
+        assert!(
+            shown.contains("AK2") && !shown.contains("alt-s3cr3t"),
+            "{shown}"
+        );
+        let clash: ServerSection = toml::from_str(&text("alt")).unwrap();
+        let e = clash
+            .s3_config("AK1".into(), "s1".into())
+            .users()
+            .unwrap_err();
+        assert!(e.to_string().contains("two users have the id"), "{e}");
     }
 }

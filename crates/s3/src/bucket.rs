@@ -1,7 +1,7 @@
 //! Bucket operations: list, create, delete, head, location, versioning.
 
-use crate::errors::{err, invalid_argument, no_configuration, store_error};
-use crate::fields::owner;
+use crate::acl;
+use crate::errors::{err, invalid_argument, store_error};
 use crate::lock;
 use crate::service::RailS3;
 use crate::util::{self, token_decode, token_encode};
@@ -13,6 +13,9 @@ pub(crate) async fn list_buckets(
     req: S3Request<ListBucketsInput>,
 ) -> S3Result<S3Response<ListBucketsOutput>> {
     let input = req.input;
+    // Each user sees its own buckets (an unsigned request never gets here).
+    let caller = s3.users.caller(req.credentials.as_ref());
+    let me = caller.map_or(s3.users.main().id.as_str(), |u| u.id.as_str());
     let max = match input.max_buckets {
         None => usize::MAX,
         Some(n) if (1..=10_000).contains(&n) => n as usize,
@@ -32,6 +35,11 @@ pub(crate) async fn list_buckets(
         .into_iter()
         .filter(|b| b.name.starts_with(&prefix))
         .filter(|b| after.as_ref().is_none_or(|a| b.name > *a))
+        .filter(|b| {
+            let setting = b.settings.get(acl::BUCKET_ACL_SETTING);
+            acl::acl_of_setting(setting.map(String::as_str), &s3.users, &b.name)
+                .is_ok_and(|a| a.owner == me)
+        })
         .collect();
     let truncated = all.len() > max;
     let page: Vec<_> = all.into_iter().take(max).collect();
@@ -49,7 +57,7 @@ pub(crate) async fn list_buckets(
     Ok(S3Response::new(ListBucketsOutput {
         buckets: Some(buckets),
         continuation_token: token,
-        owner: Some(owner()),
+        owner: Some(acl::owner_dto(&s3.users, me)),
         prefix: input.prefix,
     }))
 }
@@ -85,7 +93,15 @@ pub(crate) async fn create_bucket(
     s3: &RailS3,
     req: S3Request<CreateBucketInput>,
 ) -> S3Result<S3Response<CreateBucketOutput>> {
-    let input = req.input;
+    let S3Request {
+        input,
+        headers,
+        credentials,
+        ..
+    } = req;
+    let Some(caller) = s3.users.caller(credentials.as_ref()) else {
+        return Err(err(S3ErrorCode::AccessDenied, "Signature is required"));
+    };
     let constraint = input
         .create_bucket_configuration
         .as_ref()
@@ -93,9 +109,19 @@ pub(crate) async fn create_bucket(
         .map(|c| c.as_str().to_string())
         .filter(|c| !c.is_empty());
     check_location(constraint.as_deref(), &s3.region)?;
+    let ownership = input
+        .object_ownership
+        .as_ref()
+        .map(|o| acl::parse_ownership(o.as_str()))
+        .transpose()?;
+    let new_acl = acl::Acl::from_headers(&headers, &s3.users, &caller.id, &caller.id)?
+        .unwrap_or_else(|| acl::Acl::private(&caller.id));
+    if ownership == Some(acl::Ownership::BucketOwnerEnforced) && !new_acl.owner_only() {
+        return Err(acl::acls_off());
+    }
     let created = s3
         .store
-        .create_bucket(&input.bucket)
+        .create_bucket_with(&input.bucket, acl::new_bucket_settings(&new_acl, ownership))
         .await
         .map_err(store_error)?;
     let with_lock = input.object_lock_enabled_for_bucket == Some(true);
@@ -103,6 +129,18 @@ pub(crate) async fn create_bucket(
         lock::enable_on_new_bucket(s3, &input.bucket).await?;
     }
     if !created {
+        // Another's bucket, or one whose ACL this request would change (RGW's rule: a
+        // re-creation changes nothing, so it succeeds only when it would make the same).
+        let existing = acl::bucket_acl(&s3.store, &s3.users, &input.bucket)?;
+        if existing != new_acl {
+            let why = if existing.owner == caller.id {
+                "The bucket exists with another ACL than this request asks for"
+            } else {
+                "The requested bucket name is not available. The bucket namespace is shared by \
+                 all users of the system. Please select a different name and try again."
+            };
+            return Err(err(S3ErrorCode::BucketAlreadyExists, why));
+        }
         if with_lock && !lock::enabled(s3, &input.bucket)? {
             return Err(err(
                 S3ErrorCode::BucketAlreadyOwnedByYou,
@@ -164,18 +202,4 @@ pub(crate) async fn get_bucket_location(
     Ok(S3Response::new(GetBucketLocationOutput {
         location_constraint,
     }))
-}
-
-pub(crate) async fn get_bucket_ownership_controls(
-    s3: &RailS3,
-    req: S3Request<GetBucketOwnershipControlsInput>,
-) -> S3Result<S3Response<GetBucketOwnershipControlsOutput>> {
-    s3.store
-        .head_bucket(&req.input.bucket)
-        .map_err(store_error)?;
-    // None is ever set: one user owns everything.
-    Err(no_configuration(
-        S3ErrorCode::OwnershipControlsNotFoundError,
-        "The bucket ownership controls were not found",
-    ))
 }

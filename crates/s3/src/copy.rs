@@ -1,5 +1,6 @@
 //! CopyObject.
 
+use crate::acl;
 use crate::errors::{err, invalid_argument, invalid_request, not_implemented, store_error};
 use crate::fields::*;
 use crate::lifecycle;
@@ -96,7 +97,12 @@ pub(crate) async fn copy_object(
     s3: &RailS3,
     req: S3Request<CopyObjectInput>,
 ) -> S3Result<S3Response<CopyObjectOutput>> {
-    let S3Request { input, headers, .. } = req;
+    let S3Request {
+        input,
+        headers,
+        credentials,
+        ..
+    } = req;
     let (src_bucket, src_key, src_version) = copy_source(&input.copy_source)?;
     let src_customer = sse::customer(sse::customer_headers!(input, copy_source))?;
     s3.store.head_bucket(&input.bucket).map_err(store_error)?;
@@ -179,6 +185,9 @@ pub(crate) async fn copy_object(
         lock_requested!(input),
         &mut options.headers,
     )?;
+    // Nor its source's owner or ACL: the copy is its writer's, with the ACL it asks for.
+    let caller = s3.users.caller(credentials.as_ref());
+    acl::apply_to_new(s3, &input.bucket, caller, &headers, &mut options.headers)?;
     if !replace && options.mechanism.is_none() {
         // Unchanged, a copy keeps the source's mechanism.
         options.mechanism = Mechanism::parse(&src.mechanism).ok();

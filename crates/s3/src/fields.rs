@@ -13,7 +13,6 @@ use std::collections::{BTreeMap, HashMap};
 
 /// S3's limit on user metadata: keys and values together, in bytes.
 const USER_METADATA_BYTES_MAX: usize = 2048;
-const OWNER_ID: &str = "railstore";
 
 // The s3s inputs and outputs are distinct types with the same field names; these macros
 // read or fill those fields wherever they stand.
@@ -246,24 +245,9 @@ pub(crate) fn put_options(
     })
 }
 
-pub(crate) fn initiator() -> Initiator {
-    Initiator {
-        display_name: Some(OWNER_ID.to_string()),
-        id: Some(OWNER_ID.to_string()),
-    }
-}
-
 /// `STANDARD` as whichever storage-class type an output has.
 pub(crate) fn standard_class<T: From<String>>() -> T {
     T::from(StorageClass::STANDARD.to_string())
-}
-
-/// The one owner of every bucket and object: railstore has one key pair.
-pub(crate) fn owner() -> Owner {
-    Owner {
-        display_name: Some(OWNER_ID.to_string()),
-        id: Some(OWNER_ID.to_string()),
-    }
 }
 
 /// A bucket setting stored as JSON (CORS rules, lifecycle rules): `None` when the bucket has

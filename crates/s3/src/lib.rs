@@ -6,10 +6,11 @@
 //!   `Authorization: Bearer <token>` when [`S3Config::operator_token`] is set; a *signed*
 //!   `GET /metrics` is ListObjects on a bucket named `metrics`;
 //! - everything else as S3, path style (and virtual-hosted style under
-//!   [`S3Config::domain`]), authenticated with AWS Signature V4 against the one configured key
-//!   pair — `Authorization` header, presigned URL, and aws-chunked bodies (signed or
-//!   unsigned, with trailers). Anonymous requests get `AccessDenied` before their body is
-//!   read. Signature V2 is refused (`AccessDenied`) unless [`S3Config::sigv2`] is set.
+//!   [`S3Config::domain`]), authenticated with AWS Signature V4 against the users' key pairs
+//!   ([`Users`]: the main one and [`S3Config::users`]) — `Authorization` header, presigned URL, and aws-chunked bodies (signed or
+//!   unsigned, with trailers). Requests are authorized before their body is read
+//!   (`access.rs`: policies, then owners and ACLs); anonymous ones get `AccessDenied` unless a
+//!   policy or an ACL opens the bucket or object to everyone. Signature V2 is refused (`AccessDenied`) unless [`S3Config::sigv2`] is set.
 //!   `OPTIONS` (CORS preflights) is answered before authentication, from the bucket's CORS
 //!   rules.
 //!
@@ -71,6 +72,9 @@
 //!   `STANDARD` or nothing lets the store's policy choose. GET, HEAD, PUT and COPY answer
 //!   with the mechanism in `x-railstore-mechanism`.
 //!
+//! - Users and ACLs (`users.rs`, `acl/`): each user's own buckets, owners of buckets and
+//!   objects, canned ACLs and grants (headers or documents) on buckets and objects,
+//!   Get/PutBucketAcl, Get/PutObjectAcl, ownership controls.
 //! - Versioning (`versioning.rs`), bucket policies and the public access block (`policy/`),
 //!   POST uploads (`post/`), and object lock (`lock.rs`): buckets made with it or given it
 //!   while versioned, default retention, retention and legal hold per version on writes and
@@ -78,8 +82,8 @@
 //!   version (governance gives way to `x-amz-bypass-governance-retention`).
 //!
 //! # Not supported
-//! - ACLs (accepted and ignored: the one key pair may do everything), ownership controls,
-//!   website, replication, notifications, bucket logging, SigV4a, SelectObjectContent.
+//! - Users added or removed while serving (they come from the configuration), the log
+//!   delivery group's grants (kept and shown, matching no request), website, replication, notifications, bucket logging, SigV4a, SelectObjectContent.
 //! - Other conditional writes: `If-Match: *`, `If-None-Match` with an ETag, both at once,
 //!   and deletes conditional on time or size (`NotImplemented`).
 //! - GET/HEAD with `partNumber` on a multipart object completed before the store kept part
@@ -95,6 +99,7 @@
 mod fields;
 
 mod access;
+mod acl;
 pub mod admin;
 mod attributes;
 mod body;
@@ -118,6 +123,7 @@ mod server;
 mod service;
 mod sse;
 mod tagging;
+mod users;
 mod util;
 mod versioning;
 
@@ -129,3 +135,4 @@ pub use server::{
 };
 pub use service::{RailS3, MECHANISM_HEADER};
 pub use sse::Keyring;
+pub use users::{User, Users, MAIN_ID as MAIN_USER_ID};

@@ -1,9 +1,11 @@
 //! Listings of keys: ListObjects (V1, V2), and the paging and encoding that the multipart
 //! listings and ListObjectVersions (`versioning.rs`) share.
 
+use crate::acl;
 use crate::errors::{invalid_argument, store_error};
-use crate::fields::{owner, standard_class};
+use crate::fields::standard_class;
 use crate::service::RailS3;
+use crate::users::Users;
 use crate::util::{self, token_decode, token_encode, url_encode};
 use railstore_store::{ListPage, ListQuery};
 use s3s::dto::*;
@@ -108,7 +110,13 @@ pub(crate) struct KeyListing {
 }
 
 /// A ListObjects (V1 or V2) page's objects; `owner` where the request wants it.
-pub(crate) fn listed_objects(page: &ListPage, enc: &Enc, owner: Option<Owner>) -> Vec<Object> {
+/// The page's objects, with their owners when `owners` (the users and the bucket's owner) is
+/// given.
+pub(crate) fn listed_objects(
+    page: &ListPage,
+    enc: &Enc,
+    owners: Option<(&Users, &str)>,
+) -> Vec<Object> {
     page.objects
         .iter()
         .map(|o| Object {
@@ -117,7 +125,9 @@ pub(crate) fn listed_objects(page: &ListPage, enc: &Enc, owner: Option<Owner>) -
             e_tag: Some(ETag::Strong(o.etag.clone())),
             last_modified: Some(util::timestamp(o.last_modified)),
             storage_class: Some(standard_class()),
-            owner: owner.clone(),
+            owner: owners.map(|(users, bucket_owner)| {
+                acl::owner_in_acl(users, o.acl.as_deref(), bucket_owner)
+            }),
             ..Object::default()
         })
         .collect()
@@ -167,8 +177,12 @@ pub(crate) async fn list_objects_v2(
     };
     let delimiter = nonempty(input.delimiter.clone());
     let page = list(s3, &input.bucket, &l, delimiter.as_ref(), after)?;
-    let owner = input.fetch_owner.unwrap_or(false).then(owner);
-    let contents = listed_objects(&page, &l.enc, owner);
+    let bucket_owner = acl::bucket_acl(&s3.store, &s3.users, &input.bucket)?.owner;
+    let owners = input
+        .fetch_owner
+        .unwrap_or(false)
+        .then_some((&s3.users, bucket_owner.as_str()));
+    let contents = listed_objects(&page, &l.enc, owners);
     let key_count = (page.objects.len() + page.prefixes.len()) as i32;
     Ok(S3Response::new(listing_output!(
         ListObjectsV2Output {
@@ -196,7 +210,8 @@ pub(crate) async fn list_objects(
     let delimiter = nonempty(input.delimiter.clone());
     let after = nonempty(input.marker.clone());
     let page = list(s3, &input.bucket, &l, delimiter.as_ref(), after)?;
-    let contents = listed_objects(&page, &l.enc, Some(owner()));
+    let bucket_owner = acl::bucket_acl(&s3.store, &s3.users, &input.bucket)?.owner;
+    let contents = listed_objects(&page, &l.enc, Some((&s3.users, &bucket_owner)));
     // S3 gives NextMarker only with a delimiter; without one the last key is the marker.
     let next_marker = next_marker(&page, &l.enc).filter(|_| delimiter.is_some());
     let mut output = listing_output!(

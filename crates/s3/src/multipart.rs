@@ -1,5 +1,6 @@
 //! Multipart uploads: create, upload a part, complete, abort, list parts and uploads.
 
+use crate::acl;
 use crate::checksum::{self, Algorithm, Plan};
 use crate::errors::{err, invalid_argument, invalid_request, store_error};
 use crate::fields::*;
@@ -61,7 +62,12 @@ pub(crate) async fn create_multipart_upload(
     s3: &RailS3,
     req: S3Request<CreateMultipartUploadInput>,
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
-    let S3Request { input, headers, .. } = req;
+    let S3Request {
+        input,
+        headers,
+        credentials,
+        ..
+    } = req;
     s3.store.head_bucket(&input.bucket).map_err(store_error)?;
     let scheme = sse::write_scheme!(s3, input)?;
     let mechanism = s3.mechanism(&headers, input.storage_class.as_ref())?;
@@ -76,6 +82,9 @@ pub(crate) async fn create_multipart_upload(
         lock_requested!(input),
         &mut options.headers,
     )?;
+    // The object's owner and ACL, as the upload starts: the upload is its initiator's.
+    let caller = s3.users.caller(credentials.as_ref());
+    acl::apply_to_new(s3, &input.bucket, caller, &headers, &mut options.headers)?;
     // The upload's data key, kept with it; each part is encrypted under it as it arrives.
     let sealed = match &scheme {
         Some(scheme) => Some(sse::seal_into(scheme, &s3.keyring, &mut options.headers)?.0),
@@ -307,6 +316,8 @@ pub(crate) async fn list_parts(
         .store
         .upload_options(&input.bucket, &input.key, &input.upload_id)
         .map_err(store_error)?;
+    let bucket_owner = acl::bucket_acl(&s3.store, &s3.users, &input.bucket)?.owner;
+    let upload_owner = acl::owner_in_headers(&s3.users, &upload.headers, &bucket_owner);
     let all = s3
         .store
         .list_parts(&input.bucket, &input.key, &input.upload_id)
@@ -343,8 +354,11 @@ pub(crate) async fn list_parts(
         max_parts: Some(max as i32),
         is_truncated: Some(truncated),
         parts: (!parts.is_empty()).then_some(parts),
-        owner: Some(owner()),
-        initiator: Some(initiator()),
+        owner: Some(upload_owner.clone()),
+        initiator: Some(Initiator {
+            display_name: upload_owner.display_name,
+            id: upload_owner.id,
+        }),
         storage_class: Some(standard_class()),
         checksum_algorithm: checksum.map(|(a, _)| ChecksumAlgorithm::from(a.name().to_string())),
         checksum_type: checksum
@@ -366,6 +380,7 @@ pub(crate) async fn list_multipart_uploads(
         .store
         .list_uploads(&input.bucket, &prefix)
         .map_err(store_error)?;
+    let bucket_owner = acl::bucket_acl(&s3.store, &s3.users, &input.bucket)?.owner;
     let rollup = |key: &str| -> Option<String> {
         let d = delimiter.as_deref()?;
         let rest = key.get(prefix.len()..)?;
@@ -416,12 +431,20 @@ pub(crate) async fn list_multipart_uploads(
             }
             None => {
                 last = Some((u.key.clone(), Some(u.upload_id.clone())));
+                // The upload's initiator owns it (an upload aborted meanwhile: the bucket's).
+                let owner = match s3.store.upload_options(&input.bucket, &u.key, &u.upload_id) {
+                    Ok(o) => acl::owner_in_headers(&s3.users, &o.headers, &bucket_owner),
+                    Err(_) => acl::owner_dto(&s3.users, &bucket_owner),
+                };
                 uploads.push(MultipartUpload {
                     key: Some(enc.s(&u.key)),
                     upload_id: Some(u.upload_id),
                     initiated: Some(util::timestamp(u.initiated)),
-                    initiator: Some(initiator()),
-                    owner: Some(owner()),
+                    initiator: Some(Initiator {
+                        display_name: owner.display_name.clone(),
+                        id: owner.id.clone(),
+                    }),
+                    owner: Some(owner),
                     storage_class: Some(standard_class()),
                     ..MultipartUpload::default()
                 });

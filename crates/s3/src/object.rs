@@ -1,5 +1,6 @@
 //! Object operations: put, get, head, delete (one or many).
 
+use crate::acl;
 use crate::body::Outgoing;
 use crate::checksum::{Algorithm, Plan};
 use crate::errors::{err, invalid_request, not_implemented, store_error};
@@ -191,6 +192,7 @@ pub(crate) async fn put_object(
         input,
         headers,
         trailing_headers,
+        credentials,
         ..
     } = req;
     let condition = write_condition(input.if_match.as_ref(), input.if_none_match.as_ref())?;
@@ -212,6 +214,8 @@ pub(crate) async fn put_object(
         lock_requested!(input),
         &mut options.headers,
     )?;
+    let caller = s3.users.caller(credentials.as_ref());
+    acl::apply_to_new(s3, &input.bucket, caller, &headers, &mut options.headers)?;
     let content_md5 = content_md5(input.content_md5.as_ref())?;
     options.condition = condition;
     let plan = checksum_plan!(input, None, &headers, trailing_headers.as_ref());

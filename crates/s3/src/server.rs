@@ -11,7 +11,6 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use railstore_store::Store;
-use s3s::auth::{S3Auth, SecretKey};
 use s3s::service::{S3Service, S3ServiceBuilder};
 use s3s::HttpError;
 use std::future::Future;
@@ -30,10 +29,18 @@ pub struct S3Config {
     pub listen: SocketAddr,
     /// The region clients sign for (`us-east-1` by default in most tools).
     pub region: String,
-    /// The one access key accepted.
+    /// The main user's access key.
     pub access_key: String,
     /// Its secret.
     pub secret_key: String,
+    /// The main user's canonical id (owner of every bucket made before buckets had owners).
+    pub user_id: String,
+    /// The main user's display name.
+    pub display_name: String,
+    /// The main user's email, for ACL grants by address.
+    pub email: Option<String>,
+    /// The other users, each with its own key pair ([`crate::User`]).
+    pub users: Vec<crate::User>,
     /// Base domain for virtual-hosted-style requests (`bucket.<domain>`); path style always
     /// works.
     pub domain: Option<String>,
@@ -94,6 +101,10 @@ impl Default for S3Config {
             region: "us-east-1".into(),
             access_key: String::new(),
             secret_key: String::new(),
+            user_id: crate::users::MAIN_ID.to_string(),
+            display_name: crate::users::MAIN_ID.to_string(),
+            email: None,
+            users: Vec::new(),
             domain: None,
             limits: Limits::default(),
             sigv2: false,
@@ -111,6 +122,10 @@ impl std::fmt::Debug for S3Config {
             .field("region", &self.region)
             .field("access_key", &self.access_key)
             .field("secret_key", &"<hidden>")
+            .field("user_id", &self.user_id)
+            .field("display_name", &self.display_name)
+            .field("email", &self.email)
+            .field("users", &self.users)
             .field("domain", &self.domain)
             .field("limits", &self.limits)
             .field("sigv2", &self.sigv2)
@@ -124,6 +139,23 @@ impl std::fmt::Debug for S3Config {
             )
             .field("keyring", &self.keyring)
             .finish()
+    }
+}
+
+impl S3Config {
+    /// Every user: the main one (its key pair and identity), then the others.
+    pub fn users(&self) -> Result<crate::Users, ServeError> {
+        let main = crate::User {
+            id: self.user_id.clone(),
+            display_name: self.display_name.clone(),
+            email: self.email.clone(),
+            access_key: self.access_key.clone(),
+            secret_key: self.secret_key.clone(),
+        };
+        let all = std::iter::once(main)
+            .chain(self.users.iter().cloned())
+            .collect();
+        crate::Users::new(all).map_err(ServeError::Config)
     }
 }
 
@@ -212,9 +244,12 @@ pub fn s3_service(store: Store, cfg: &S3Config) -> Result<S3Service, ServeError>
             "the admin token must be at least 16 characters".into(),
         ));
     }
+    let users = cfg.users()?;
     let access_store = store.clone();
     let mut builder = S3ServiceBuilder::new(
-        RailS3::new(store, cfg.region.clone()).with_keyring(cfg.keyring.clone()),
+        RailS3::new(store, cfg.region.clone())
+            .with_keyring(cfg.keyring.clone())
+            .with_users(users.clone()),
     );
     // s3s never sees a POST form (the router answers those), but should one get through,
     // these bound what it buffers.
@@ -225,13 +260,11 @@ pub fn s3_service(store: Store, cfg: &S3Config) -> Result<S3Service, ServeError>
     builder.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(
         s3s_config,
     ))));
-    builder.set_auth(OneKey {
-        access_key: cfg.access_key.clone(),
-        secret_key: SecretKey::from(cfg.secret_key.as_str()),
-    });
+    builder.set_auth(users.clone());
     builder.set_access(crate::access::Access {
         store: access_store,
         region: cfg.region.clone(),
+        users,
     });
     if let Some(d) = &cfg.domain {
         let host = s3s::host::SingleDomain::new(d)
@@ -239,26 +272,6 @@ pub fn s3_service(store: Store, cfg: &S3Config) -> Result<S3Service, ServeError>
         builder.set_host(host);
     }
     Ok(builder.build())
-}
-
-/// The one key pair the server accepts.
-struct OneKey {
-    access_key: String,
-    secret_key: SecretKey,
-}
-
-#[async_trait::async_trait]
-impl S3Auth for OneKey {
-    async fn get_secret_key(&self, access_key: &str) -> s3s::S3Result<SecretKey> {
-        if access_key == self.access_key {
-            Ok(self.secret_key.clone())
-        } else {
-            Err(s3s::S3Error::with_message(
-                s3s::S3ErrorCode::InvalidAccessKeyId,
-                "The AWS Access Key Id you provided does not exist in our records.",
-            ))
-        }
-    }
 }
 
 /// A bound server, not yet serving.
@@ -292,9 +305,9 @@ pub async fn bind(store: Store, cfg: S3Config) -> Result<Server, ServeError> {
         addr,
         router: Arc::new(Router {
             s3,
-            rail: RailS3::new(store.clone(), cfg.region.clone()).with_keyring(cfg.keyring.clone()),
-            access_key: cfg.access_key.clone(),
-            secret_key: cfg.secret_key.clone(),
+            rail: RailS3::new(store.clone(), cfg.region.clone())
+                .with_keyring(cfg.keyring.clone())
+                .with_users(cfg.users()?),
             store,
             limits: cfg.limits,
             sigv2: cfg.sigv2,
@@ -462,8 +475,6 @@ struct Router {
     s3: S3Service,
     /// The handlers, for the forms the router answers itself (POST Object).
     rail: RailS3,
-    access_key: String,
-    secret_key: String,
     store: Store,
     limits: Limits,
     sigv2: bool,
@@ -654,13 +665,8 @@ impl Router {
                 "POST uploads go to a bucket.",
             ));
         };
-        let signer = crate::post::Signer {
-            access_key: &self.access_key,
-            secret_key: &self.secret_key,
-        };
         let answer = crate::post::post_object(
             &self.rail,
-            &signer,
             &bucket,
             parts.headers.get(http::header::CONTENT_TYPE),
             body,

@@ -6,8 +6,9 @@ use crate::checksum::{Outcome, Plan, Verified, Verifier};
 use crate::errors::{err, invalid_argument};
 use crate::fields::Incoming;
 use crate::sse::{self, Keyring};
+use crate::users::Users;
 use crate::{
-    attributes, bucket, copy, cors, lifecycle, list, lock, multipart, object, policy, tagging,
+    acl, attributes, bucket, copy, cors, lifecycle, list, lock, multipart, object, policy, tagging,
     versioning,
 };
 use http::HeaderMap;
@@ -26,6 +27,7 @@ pub struct RailS3 {
     pub(crate) store: Store,
     pub(crate) region: String,
     pub(crate) keyring: Keyring,
+    pub(crate) users: Users,
 }
 
 impl RailS3 {
@@ -36,7 +38,15 @@ impl RailS3 {
             store,
             region: region.into(),
             keyring: Keyring::default(),
+            users: Users::default(),
         }
+    }
+
+    /// The same, with these users (by default the main user alone, whom every signed request
+    /// is from).
+    pub fn with_users(mut self, users: Users) -> RailS3 {
+        self.users = users;
+        self
     }
 
     /// The same, encrypting with `keyring`'s master key for SSE-S3 and KMS.
@@ -149,7 +159,13 @@ routes! {
     bucket::get_bucket_location(GetBucketLocationInput) -> GetBucketLocationOutput;
     versioning::get_bucket_versioning(GetBucketVersioningInput) -> GetBucketVersioningOutput;
     versioning::put_bucket_versioning(PutBucketVersioningInput) -> PutBucketVersioningOutput;
-    bucket::get_bucket_ownership_controls(GetBucketOwnershipControlsInput) -> GetBucketOwnershipControlsOutput;
+    acl::get_bucket_ownership_controls(GetBucketOwnershipControlsInput) -> GetBucketOwnershipControlsOutput;
+    acl::put_bucket_ownership_controls(PutBucketOwnershipControlsInput) -> PutBucketOwnershipControlsOutput;
+    acl::delete_bucket_ownership_controls(DeleteBucketOwnershipControlsInput) -> DeleteBucketOwnershipControlsOutput;
+    acl::get_bucket_acl(GetBucketAclInput) -> GetBucketAclOutput;
+    acl::put_bucket_acl(PutBucketAclInput) -> PutBucketAclOutput;
+    acl::get_object_acl(GetObjectAclInput) -> GetObjectAclOutput;
+    acl::put_object_acl(PutObjectAclInput) -> PutObjectAclOutput;
     policy::get_bucket_policy_status(GetBucketPolicyStatusInput) -> GetBucketPolicyStatusOutput;
     policy::put_bucket_policy(PutBucketPolicyInput) -> PutBucketPolicyOutput;
     policy::get_bucket_policy(GetBucketPolicyInput) -> GetBucketPolicyOutput;

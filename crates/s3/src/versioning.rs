@@ -1,8 +1,9 @@
 //! Bucket versioning: its configuration, ListObjectVersions, and the version ids S3 names in
 //! responses. The versions themselves are the store's (`railstore_store::Versioning`).
 
+use crate::acl;
 use crate::errors::{invalid_argument, not_implemented, store_error};
-use crate::fields::{owner, standard_class};
+use crate::fields::standard_class;
 use crate::list::{
     common_prefixes, key_listing, listing_output, nonempty, page_size, url_encoded, Enc, KeyListing,
 };
@@ -136,6 +137,8 @@ pub(crate) async fn list_object_versions(
             .map_err(store_error)?,
     };
     let enc = &l.enc;
+    let bucket_owner = acl::bucket_acl(&s3.store, &s3.users, &input.bucket)?.owner;
+    let owner = |o| Some(acl::object_owner(&s3.users, o, &bucket_owner));
     let mut versions = Vec::new();
     let mut delete_markers = Vec::new();
     for v in &page.versions {
@@ -147,7 +150,7 @@ pub(crate) async fn list_object_versions(
                 version_id,
                 is_latest: Some(v.latest),
                 last_modified: Some(util::timestamp(o.last_modified)),
-                owner: Some(owner()),
+                owner: owner(o),
             });
         } else {
             versions.push(ObjectVersion {
@@ -157,7 +160,7 @@ pub(crate) async fn list_object_versions(
                 last_modified: Some(util::timestamp(o.last_modified)),
                 is_latest: Some(v.latest),
                 version_id,
-                owner: Some(owner()),
+                owner: owner(o),
                 storage_class: Some(standard_class()),
                 ..ObjectVersion::default()
             });

@@ -219,6 +219,18 @@ region = "us-east-1"
 # <data_dir>/credentials.toml (mode 0600; the log names the access key, never the secret).
 # access_key = "..."
 # secret_key = "..."
+# That key pair's user: its canonical id (what ACLs, policies and listings name; it owns
+# every bucket made before buckets had owners), display name and email (for ACL grants).
+user_id = "railstore"
+# display_name = "railstore"
+# email = "ops@example.org"
+# More users, each with its own key pair, buckets and objects (docs/s3.md, "Users and ACLs"):
+# [[server.users]]
+# id = "alice"
+# display_name = "Alice"
+# email = "alice@example.org"
+# access_key = "..."
+# secret_key = "..."
 # Limits against hostile or broken clients (docs/s3.md says what happens past each).
 # Connections served at once; more wait until one closes.
 connections_max = 512

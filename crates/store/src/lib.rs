@@ -46,6 +46,6 @@ pub use store::{check_bucket_name, Store, KEY_BYTES_MAX};
 pub use types::{
     body_from, collect_body, Body, BucketInfo, ChecksumsAtEnd, GetObject, ListEntry, ListPage,
     ListQuery, ObjectInfo, PartInfo, PartOptions, PutOptions, RangeSpec, SentMd5, UploadInfo,
-    WriteCondition,
+    WriteCondition, ACL_HEADER,
 };
 pub use versions::{version_name, Deleted, VersionEntry, VersionPage, VersionQuery, Versioning};

@@ -350,6 +350,17 @@ impl Store {
 
     /// Creates a bucket; `Ok(false)` when it exists already (S3 lets an owner re-create it).
     pub async fn create_bucket(&self, name: &str) -> Result<bool> {
+        self.create_bucket_with(name, BTreeMap::new()).await
+    }
+
+    /// Creates a bucket with these settings (its owner, its ACL, …) in the same record, so a
+    /// crash leaves either no bucket or the bucket with all of them; `Ok(false)` when it exists
+    /// already (and then nothing changes).
+    pub async fn create_bucket_with(
+        &self,
+        name: &str,
+        settings: BTreeMap<String, String>,
+    ) -> Result<bool> {
         self.indexed().await?;
         self.check_open()?;
         check_bucket_name(name)?;
@@ -361,7 +372,7 @@ impl Store {
             name: name.to_string(),
             id: crate::ids::random::<u64>() | 1,
             created: now(),
-            settings: BTreeMap::new(),
+            settings,
         };
         self.inner
             .manager
@@ -928,6 +939,7 @@ impl Store {
             etag: e.info.etag.clone(),
             last_modified: e.info.last_modified,
             mechanism: e.info.mechanism.clone(),
+            acl: e.info.headers.get(crate::types::ACL_HEADER).cloned(),
         });
         page.objects = objects;
         Ok(page)

@@ -388,7 +388,13 @@ pub struct ListEntry {
     pub last_modified: SystemTime,
     /// Its mechanism.
     pub mechanism: String,
+    /// The object's stored [`ACL_HEADER`], if it has one: listings show owners from it.
+    pub acl: Option<String>,
 }
+
+/// The stored header (never sent as one) the S3 layer keeps an object's owner and ACL in;
+/// listings return it with each object ([`ListEntry::acl`]).
+pub const ACL_HEADER: &str = "x-railstore-acl";
 
 /// One page of a listing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -19,6 +19,10 @@ struct Statement {
     allow: bool,
     /// `*` (or `{"AWS": "*"}`): everyone; otherwise the principals named.
     everyone: bool,
+    /// The principals named (`{"AWS": …}` or `{"CanonicalUser": …}`): a user's canonical id,
+    /// or `arn:aws:iam::ID:root` / `arn:aws:iam::ID:user/NAME` (a user here is its own
+    /// account).
+    principals: Vec<String>,
     actions: Vec<String>,
     resources: Vec<String>,
     /// The `Condition` block (`condition.rs`): all must hold for the statement to apply.
@@ -68,16 +72,23 @@ fn statement(m: &Map<String, Value>, bucket: &str) -> Result<Statement, String> 
         Some("Deny") => false,
         _ => return Err("a statement's Effect is Allow or Deny".into()),
     };
-    let everyone = match field(m, "Principal") {
-        Some(Value::String(s)) if s == "*" => true,
-        Some(Value::Object(p)) => {
-            let aws = p
-                .get("AWS")
-                .ok_or("a statement's Principal names AWS principals")?;
-            strings(aws, "principals")?.iter().any(|s| s == "*")
+    let principals = match field(m, "Principal") {
+        Some(Value::String(s)) if s == "*" => vec!["*".to_string()],
+        Some(Value::Object(p)) if !p.is_empty() => {
+            let mut named = Vec::new();
+            for (kind, v) in p {
+                if kind != "AWS" && kind != "CanonicalUser" {
+                    return Err(format!(
+                        "a statement's Principal names AWS or CanonicalUser principals, not {kind}"
+                    ));
+                }
+                named.extend(strings(v, "principals")?);
+            }
+            named
         }
         _ => return Err("a statement needs a Principal".into()),
     };
+    let everyone = principals.iter().any(|s| s == "*");
     let actions = strings(
         field(m, "Action").ok_or("a statement needs an Action")?,
         "actions",
@@ -110,6 +121,7 @@ fn statement(m: &Map<String, Value>, bucket: &str) -> Result<Statement, String> 
     Ok(Statement {
         allow,
         everyone,
+        principals,
         actions,
         resources,
         conditions,
@@ -152,13 +164,18 @@ impl Policy {
     }
 
     /// What the policy says of `action` (`s3:GetObject`) on `resource`
-    /// (`arn:aws:s3:::bucket/key`) by this server's callers (the owner or anyone unsigned),
-    /// with the request's condition keys in `cx`. A condition that cannot be told keeps an
-    /// Allow from applying and lets a Deny apply.
-    pub(crate) fn decide(&self, action: &str, resource: &str, cx: &dyn Context) -> Decision {
+    /// (`arn:aws:s3:::bucket/key`) by `caller` (a user's canonical id; `None`: unsigned), with
+    /// the request's condition keys in `cx`. A condition that cannot be told keeps an Allow
+    /// from applying and lets a Deny apply.
+    pub(crate) fn decide(
+        &self,
+        action: &str,
+        resource: &str,
+        caller: Option<&str>,
+        cx: &dyn Context,
+    ) -> Decision {
         let applies = |s: &Statement| {
-            // Named principals are other accounts' users: never this server's callers.
-            s.everyone
+            (s.everyone || caller.is_some_and(|id| s.principals.iter().any(|p| names(p, id))))
                 && s.actions.iter().any(|a| wildcard_match(a, action, true))
                 && s.resources
                     .iter()
@@ -181,6 +198,21 @@ impl Policy {
             return Decision::Allow;
         }
         Decision::Silent
+    }
+}
+
+/// Whether a policy's principal names the user `id`: the id itself, or the IAM ARN of its
+/// account's root or of a user in it (each user here is its own account).
+fn names(principal: &str, id: &str) -> bool {
+    if principal == id {
+        return true;
+    }
+    let Some(rest) = principal.strip_prefix("arn:aws:iam::") else {
+        return false;
+    };
+    match rest.split_once(':') {
+        Some((account, what)) => account == id && (what == "root" || what.starts_with("user/")),
+        None => false,
     }
 }
 
@@ -269,11 +301,11 @@ mod tests {
         )
         .unwrap();
         assert!(p.is_public());
-        let get = p.decide("s3:GetObject", "arn:aws:s3:::bkt/a", PLAIN);
+        let get = p.decide("s3:GetObject", "arn:aws:s3:::bkt/a", None, PLAIN);
         assert_eq!(get, Decision::Allow);
-        let keep = p.decide("s3:DeleteObject", "arn:aws:s3:::bkt/keep/x", PLAIN);
+        let keep = p.decide("s3:DeleteObject", "arn:aws:s3:::bkt/keep/x", None, PLAIN);
         assert_eq!(keep, Decision::Deny);
-        let list = p.decide("s3:ListBucket", "arn:aws:s3:::bkt", PLAIN);
+        let list = p.decide("s3:ListBucket", "arn:aws:s3:::bkt", None, PLAIN);
         assert_eq!(list, Decision::Silent);
         let c = policy(
             r#"{"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::bkt/*",
@@ -281,13 +313,24 @@ mod tests {
         )
         .unwrap();
         assert!(!c.is_public());
-        let got = c.decide("s3:GetObject", "arn:aws:s3:::bkt/a", PLAIN);
+        let got = c.decide("s3:GetObject", "arn:aws:s3:::bkt/a", None, PLAIN);
         assert_eq!(got, Decision::Silent);
         let named = policy(
-            r#"{"Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::s3tenant1:root"}, "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::bkt"}"#,
+            r#"{"Effect": "Allow", "Principal": {"AWS": ["arn:aws:iam::alt:root", "arn:aws:iam::other:user/alt"]}, "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::bkt"},
+               {"Effect": "Allow", "Principal": {"CanonicalUser": "carol"}, "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::bkt"}"#,
         )
         .unwrap();
         assert!(!named.is_public());
+        let list = |who| named.decide("s3:ListBucket", "arn:aws:s3:::bkt", who, PLAIN);
+        assert_eq!(list(Some("alt")), Decision::Allow);
+        assert_eq!(list(Some("carol")), Decision::Allow);
+        assert_eq!(
+            list(Some("other")),
+            Decision::Allow,
+            "a user here is its own account"
+        );
+        assert_eq!(list(Some("dave")), Decision::Silent);
+        assert_eq!(list(None), Decision::Silent);
     }
 
     #[test]
@@ -299,13 +342,13 @@ mod tests {
                 "Condition": {"NotIpAddress": {"aws:SourceIp": "10.0.0.0/8"}}}"#,
         )
         .unwrap();
-        let put = |cx: &Headers| p.decide("s3:PutObject", "arn:aws:s3:::bkt/k", cx);
+        let put = |cx: &Headers| p.decide("s3:PutObject", "arn:aws:s3:::bkt/k", None, cx);
         assert_eq!(put(PLAIN), Decision::Deny, "unencrypted");
         let sse = Headers(vec![("s3:x-amz-server-side-encryption", "AES256")]);
         assert_eq!(put(&sse), Decision::Silent);
         let kms = Headers(vec![("s3:x-amz-server-side-encryption", "aws:kms")]);
         assert_eq!(put(&kms), Decision::Deny);
-        let delete = p.decide("s3:DeleteObject", "arn:aws:s3:::bkt/k", PLAIN);
+        let delete = p.decide("s3:DeleteObject", "arn:aws:s3:::bkt/k", None, PLAIN);
         assert_eq!(
             delete,
             Decision::Deny,

@@ -9,11 +9,11 @@ mod document;
 use crate::errors::{err, no_configuration, store_error};
 use crate::service::RailS3;
 use condition::{Context, Lookup};
-use document::{Decision, Policy};
+pub(crate) use document::Decision;
+use document::Policy;
 use http::HeaderMap;
 use railstore_store::Store;
 use s3s::dto::*;
-use s3s::path::S3Path;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
 /// The bucket settings they are kept in: the policy as given, the block as JSON.
@@ -26,11 +26,11 @@ fn access_denied(msg: &str) -> S3Error {
 
 /// The bucket's public access block (all off when none is set).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-struct PublicBlock {
-    block_public_acls: bool,
-    ignore_public_acls: bool,
-    block_public_policy: bool,
-    restrict_public_buckets: bool,
+pub(crate) struct PublicBlock {
+    pub block_public_acls: bool,
+    pub ignore_public_acls: bool,
+    pub block_public_policy: bool,
+    pub restrict_public_buckets: bool,
 }
 
 fn public_block(store: &Store, bucket: &str) -> S3Result<Option<PublicBlock>> {
@@ -99,9 +99,11 @@ pub(crate) async fn get_bucket_policy_status(
         .store
         .bucket_setting(bucket, POLICY_SETTING)
         .map_err(store_error)?;
+    // Public by its policy, or by its ACL (a grant to everyone or every signed user).
     let public = text
         .and_then(|t| Policy::parse(&t, bucket).ok())
-        .is_some_and(|p| p.is_public());
+        .is_some_and(|p| p.is_public())
+        || crate::acl::bucket_acl(&s3.store, &s3.users, bucket)?.is_public();
     Ok(S3Response::new(GetBucketPolicyStatusOutput {
         policy_status: Some(PolicyStatus {
             is_public: Some(public),
@@ -187,7 +189,7 @@ fn action(op: &str) -> String {
 /// objects. Never the bucket's configuration (a public `s3:*` does not let anyone rewrite the
 /// policy or delete the bucket), and never copies (their source, another resource, would be
 /// read unchecked).
-fn open_to_public(op: &str) -> bool {
+pub(crate) fn open_to_public(op: &str) -> bool {
     matches!(
         op,
         "GetObject"
@@ -224,6 +226,12 @@ pub(crate) struct Request<'a> {
     pub query: &'a str,
     /// The connection's peer (`aws:SourceIp`); unknown when served another way.
     pub source: Option<std::net::IpAddr>,
+    /// The tags stored with the object the request works on (`s3:ExistingObjectTag/K`),
+    /// when they were looked up; unknown otherwise.
+    pub existing_tags: Option<Vec<(String, String)>>,
+    /// `s3:prefix` when it is not the query's: a GET or HEAD of a missing key asks whether
+    /// the caller could list that key.
+    pub prefix: Option<String>,
 }
 
 impl Request<'_> {
@@ -260,6 +268,13 @@ impl Context for Request<'_> {
         if let Some(h) = key.strip_prefix("s3:").filter(|h| h.starts_with("x-amz-")) {
             return known(self.header(h));
         }
+        if let Some(tag) = key.strip_prefix("s3:existingobjecttag/") {
+            let Some(tags) = &self.existing_tags else {
+                return Lookup::Unknown;
+            };
+            let values = tags.iter().filter(|(k, _)| k.eq_ignore_ascii_case(tag));
+            return known(values.map(|(_, v)| v.clone()).collect());
+        }
         if let Some(tag) = key.strip_prefix("s3:requestobjecttag/") {
             let tags = self.request_tags();
             // Tag keys are case-sensitive; condition keys arrive lower-cased.
@@ -269,7 +284,10 @@ impl Context for Request<'_> {
             return known(values.map(|(_, v)| v).collect());
         }
         match key {
-            "s3:prefix" => known(self.query("prefix")),
+            "s3:prefix" => match &self.prefix {
+                Some(p) => known(vec![p.clone()]),
+                None => known(self.query("prefix")),
+            },
             "s3:delimiter" => known(self.query("delimiter")),
             "s3:max-keys" => known(self.query("max-keys")),
             "s3:versionid" => known(self.query("versionId")),
@@ -287,55 +305,53 @@ impl Context for Request<'_> {
     }
 }
 
-/// Whether the bucket's policy lets this request through: `signed` says whether it carries
-/// the server's signature (the owner). The owner is refused only by an explicit Deny (never
-/// for managing the policy itself, so a policy cannot lock its owner out); an unsigned request
-/// needs an Allow to everyone, no `RestrictPublicBuckets`, and an operation on objects
-/// ([`open_to_public`]).
-pub(crate) fn check(
-    store: &Store,
-    signed: bool,
+/// What a bucket's policy (the `policy` setting among `settings`) says of `op` on `resource`
+/// by `caller` (a canonical id; `None`: unsigned). A policy that cannot be read says nothing
+/// (it was checked when it was set).
+pub(crate) fn decide(
+    settings: &std::collections::BTreeMap<String, String>,
+    bucket: &str,
     op: &str,
-    path: &S3Path,
+    resource: &str,
+    caller: Option<&str>,
     request: &Request<'_>,
-) -> S3Result<()> {
-    let (bucket, resource) = match path {
-        S3Path::Root => (None, String::new()),
-        S3Path::Bucket { bucket } => (Some(bucket), format!("arn:aws:s3:::{bucket}")),
-        S3Path::Object { bucket, key } => (Some(bucket), format!("arn:aws:s3:::{bucket}/{key}")),
-    };
-    let unsigned = || access_denied("Signature is required");
-    let Some(bucket) = bucket else {
-        return if signed { Ok(()) } else { Err(unsigned()) };
-    };
-    // A missing bucket has no policy: the operation answers NoSuchBucket.
-    let text = store.bucket_setting(bucket, POLICY_SETTING).ok().flatten();
-    let Some(text) = text else {
-        return if signed { Ok(()) } else { Err(unsigned()) };
-    };
-    let Ok(policy) = Policy::parse(&text, bucket) else {
-        return if signed { Ok(()) } else { Err(unsigned()) };
-    };
-    let action = action(op);
-    let decision = policy.decide(&action, &resource, request);
-    if signed {
-        let manages_policy = matches!(
-            action.as_str(),
-            "s3:PutBucketPolicy" | "s3:DeleteBucketPolicy" | "s3:GetBucketPolicy"
-        );
-        return match decision {
-            Decision::Deny if !manages_policy => {
-                Err(access_denied("Access Denied by the bucket's policy"))
-            }
-            _ => Ok(()),
-        };
-    }
-    let restricted = public_block(store, bucket)
-        .ok()
-        .flatten()
-        .is_some_and(|b| b.restrict_public_buckets);
-    match decision {
-        Decision::Allow if !restricted && open_to_public(op) => Ok(()),
-        _ => Err(unsigned()),
-    }
+) -> Decision {
+    settings
+        .get(POLICY_SETTING)
+        .and_then(|t| Policy::parse(t, bucket).ok())
+        .map_or(Decision::Silent, |p| {
+            p.decide(&action(op), resource, caller, request)
+        })
+}
+
+/// Whether the operation manages the policy itself (which a policy never refuses the owner,
+/// so it cannot lock its owner out, and never grants anyone else).
+pub(crate) fn manages_policy(op: &str) -> bool {
+    matches!(
+        op,
+        "PutBucketPolicy" | "DeleteBucketPolicy" | "GetBucketPolicy"
+    )
+}
+
+/// Whether a bucket's policy (among `settings`) has conditions on an object's stored tags
+/// (`s3:ExistingObjectTag/…`): then the object's tags are looked up before it is decided.
+pub(crate) fn needs_existing_tags(settings: &std::collections::BTreeMap<String, String>) -> bool {
+    settings
+        .get(POLICY_SETTING)
+        .is_some_and(|t| t.to_ascii_lowercase().contains("s3:existingobjecttag/"))
+}
+
+/// The public access block among a bucket's `settings` (all off when none).
+pub(crate) fn public_block_of(
+    settings: &std::collections::BTreeMap<String, String>,
+) -> PublicBlock {
+    settings
+        .get(PUBLIC_BLOCK_SETTING)
+        .and_then(|t| serde_json::from_str(t).ok())
+        .unwrap_or_default()
+}
+
+/// Whether the bucket's public access block refuses public ACLs (`BlockPublicAcls`).
+pub(crate) fn blocks_public_acls(store: &Store, bucket: &str) -> S3Result<bool> {
+    Ok(public_block(store, bucket)?.is_some_and(|b| b.block_public_acls))
 }

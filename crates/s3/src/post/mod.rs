@@ -15,7 +15,6 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use hyper::body::Body;
-pub(crate) use policy::Signer;
 use policy::{Fields, Refusal};
 use s3s::dto::{StreamingBlob, Timestamp, TimestampFormat};
 use s3s::S3Request;
@@ -71,7 +70,6 @@ struct Length {
 /// Handles one form POST to `bucket`.
 pub(crate) async fn post_object<B>(
     s3: &RailS3,
-    signer: &Signer<'_>,
     bucket: &str,
     content_type: Option<&HeaderValue>,
     body: B,
@@ -118,10 +116,12 @@ where
         }
     }
     let fields = Fields(&head.fields);
-    let policy = match policy::authenticate(&fields, signer) {
-        Ok(p) => p,
+    // Signed, or anonymous (then the bucket's ACL or policy must let everyone write).
+    let signed = match policy::authenticate(&fields, &s3.users) {
+        Ok(s) => s,
         Err(r) => return refused(r),
     };
+    let user = signed.map(|(_, u)| u);
     let Some(key) = fields.get("key").filter(|k| !k.is_empty()) else {
         return refused(Refusal(
             StatusCode::BAD_REQUEST,
@@ -131,9 +131,12 @@ where
                 .into(),
         ));
     };
-    let range = match policy::check(policy, &fields, bucket, SystemTime::now()) {
-        Ok(r) => r,
-        Err(r) => return refused(r),
+    let range = match signed {
+        Some((policy, _)) => match policy::check(policy, &fields, bucket, SystemTime::now()) {
+            Ok(r) => r,
+            Err(r) => return refused(r),
+        },
+        None => None,
     };
     let Some(file) = file else {
         return refused(Refusal(
@@ -175,13 +178,62 @@ where
         Ok(i) => i,
         Err(r) => return refused(r),
     };
+    // The form's `acl` is the PutObject's `x-amz-acl`.
+    let mut headers = HeaderMap::new();
+    if let Some(acl) = fields.get("acl") {
+        match HeaderValue::from_str(acl) {
+            Ok(v) => {
+                headers.insert("x-amz-acl", v);
+            }
+            Err(_) => {
+                return refused(Refusal(
+                    StatusCode::BAD_REQUEST,
+                    "InvalidArgument",
+                    "The acl field is not a canned ACL".into(),
+                ))
+            }
+        }
+    }
+    // Whoever signed the form needs the same right to write here as a PutObject would.
+    let target = crate::access::Target {
+        bucket,
+        key: Some(&key),
+        version: None,
+    };
+    let mut context = crate::policy::Request {
+        headers: &headers,
+        query: "",
+        source: None,
+        existing_tags: None,
+        prefix: None,
+    };
+    if let Err(e) = crate::access::authorize(
+        &s3.store,
+        &s3.users,
+        user,
+        "PutObject",
+        &target,
+        &mut context,
+    )
+    .await
+    {
+        return refused(Refusal(
+            StatusCode::FORBIDDEN,
+            "AccessDenied",
+            e.message().unwrap_or("Access Denied").to_string(),
+        ));
+    }
     let req = S3Request {
         input,
         method: http::Method::PUT,
         uri: http::Uri::from_static("/"),
-        headers: HeaderMap::new(),
+        headers,
         extensions: http::Extensions::new(),
-        credentials: None,
+        // Who sent it: the object is theirs (an anonymous one's, the bucket owner's).
+        credentials: user.map(|u| s3s::auth::Credentials {
+            access_key: u.access_key.clone(),
+            secret_key: s3s::auth::SecretKey::from(u.secret_key.as_str()),
+        }),
         region: None,
         service: None,
         trailing_headers: None,
@@ -223,13 +275,6 @@ fn put_input(
     body: StreamingBlob,
 ) -> Result<s3s::dto::PutObjectInput, Refusal> {
     let text = |name: &str| fields.get(name).map(str::to_string);
-    if let Some(acl) = fields.get("acl").filter(|a| *a != "private") {
-        return Err(Refusal(
-            StatusCode::NOT_IMPLEMENTED,
-            "NotImplemented",
-            format!("ACL {acl:?}: objects are private (ACLs are not supported)"),
-        ));
-    }
     let metadata = fields
         .0
         .iter()

@@ -2,6 +2,7 @@
 //! the policy; Version 4: HMAC-SHA256 under the day's signing key), and whether the form's
 //! fields keep to the policy (its expiration and conditions), as S3 checks them.
 
+use crate::users::{User, Users};
 use crate::util::{constant_time_eq, hex};
 use base64_simd::STANDARD as B64;
 use hmac::{Hmac, Mac};
@@ -34,12 +35,6 @@ impl<'f> Fields<'f> {
     }
 }
 
-/// The server's one key pair and region.
-pub(crate) struct Signer<'k> {
-    pub access_key: &'k str,
-    pub secret_key: &'k str,
-}
-
 fn hmac_sha256(key: &[u8], data: &[u8]) -> Vec<u8> {
     let mut m = <Hmac<sha2::Sha256> as Mac>::new_from_slice(key).expect("any key length");
     m.update(data);
@@ -66,11 +61,28 @@ fn hmac_sha1(key: &[u8], msg: &[u8]) -> Vec<u8> {
     outer.finalize().as_ref().to_vec()
 }
 
-/// Checks the form's signature over its policy; returns the policy text.
-pub(crate) fn authenticate<'f>(
+/// The user with this access key (and a secret: the default main user of an embedder that
+/// authenticates requests itself has none, and signs no form).
+fn signer<'u>(users: &'u Users, key_id: &str) -> Result<&'u User, Refusal> {
+    users
+        .by_access_key(key_id)
+        .filter(|u| !u.secret_key.is_empty())
+        .ok_or_else(|| {
+            Refusal(
+                StatusCode::FORBIDDEN,
+                "InvalidAccessKeyId",
+                "The AWS access key Id you provided does not exist in our records.".into(),
+            )
+        })
+}
+
+/// Checks the form's signature over its policy; returns the policy text and who signed it,
+/// or `None` for an anonymous form (no key, no signature, no policy), which the bucket's ACL
+/// or policy may still admit.
+pub(crate) fn authenticate<'f, 'u>(
     fields: &Fields<'f>,
-    signer: &Signer<'_>,
-) -> Result<&'f str, Refusal> {
+    users: &'u Users,
+) -> Result<Option<(&'f str, &'u User)>, Refusal> {
     let policy = fields.get("policy");
     if let Some(key_id) = fields.get("AWSAccessKeyId") {
         let Some(signature) = fields.get("signature") else {
@@ -85,18 +97,12 @@ pub(crate) fn authenticate<'f>(
                 "Bucket POST must contain a field named 'Policy'",
             ));
         };
-        if key_id != signer.access_key {
-            return Err(Refusal(
-                StatusCode::FORBIDDEN,
-                "InvalidAccessKeyId",
-                "The AWS access key Id you provided does not exist in our records.".into(),
-            ));
-        }
-        let want = B64.encode_to_string(hmac_sha1(signer.secret_key.as_bytes(), policy.as_bytes()));
+        let user = signer(users, key_id)?;
+        let want = B64.encode_to_string(hmac_sha1(user.secret_key.as_bytes(), policy.as_bytes()));
         if !constant_time_eq(want.as_bytes(), signature.trim().as_bytes()) {
             return Err(signature_mismatch());
         }
-        return Ok(policy);
+        return Ok(Some((policy, user)));
     }
     if let Some(credential) = fields.get("x-amz-credential") {
         let (Some(signature), Some(policy)) = (fields.get("x-amz-signature"), policy) else {
@@ -116,15 +122,9 @@ pub(crate) fn authenticate<'f>(
         let [key_id, date, region, service, "aws4_request"] = parts[..] else {
             return Err(bad("InvalidArgument", "malformed x-amz-credential"));
         };
-        if key_id != signer.access_key {
-            return Err(Refusal(
-                StatusCode::FORBIDDEN,
-                "InvalidAccessKeyId",
-                "The AWS access key Id you provided does not exist in our records.".into(),
-            ));
-        }
+        let user = signer(users, key_id)?;
         let k_date = hmac_sha256(
-            format!("AWS4{}", signer.secret_key).as_bytes(),
+            format!("AWS4{}", user.secret_key).as_bytes(),
             date.as_bytes(),
         );
         let k_region = hmac_sha256(&k_date, region.as_bytes());
@@ -134,9 +134,12 @@ pub(crate) fn authenticate<'f>(
         if !constant_time_eq(want.as_bytes(), signature.trim().as_bytes()) {
             return Err(signature_mismatch());
         }
-        return Ok(policy);
+        return Ok(Some((policy, user)));
     }
-    Err(denied("Access Denied: the form is not signed."))
+    if policy.is_some() || fields.get("signature").is_some() {
+        return Err(denied("Access Denied: the form's policy is not signed."));
+    }
+    Ok(None)
 }
 
 fn signature_mismatch() -> Refusal {
@@ -362,9 +365,21 @@ mod tests {
 
     #[test]
     fn signatures_of_both_versions() {
-        let signer = Signer {
-            access_key: "AK",
-            secret_key: "secret",
+        let user = |id: &str, key: &str, secret: &str| User {
+            id: id.into(),
+            display_name: id.into(),
+            email: None,
+            access_key: key.into(),
+            secret_key: secret.into(),
+        };
+        let users = Users::new(vec![
+            user("main", "MAIN", "other-secret"),
+            user("alt", "AK", "secret"),
+        ])
+        .unwrap();
+        let signer = &users;
+        let signed_by = |r: Result<Option<(&str, &User)>, Refusal>| {
+            r.map(|s| s.map(|(p, u)| (p.to_string(), u.id.clone())))
         };
         let policy = b64("{}");
         let sig = B64.encode_to_string(hmac_sha1(b"secret", policy.as_bytes()));
@@ -373,14 +388,17 @@ mod tests {
             ("signature", &sig),
             ("policy", &policy),
         ]);
-        assert_eq!(authenticate(&Fields(&v2), &signer), Ok(policy.as_str()));
+        assert_eq!(
+            signed_by(authenticate(&Fields(&v2), signer)),
+            Ok(Some((policy.clone(), "alt".to_string())))
+        );
         let bad_sig = fields(&[
             ("AWSAccessKeyId", "AK"),
             ("signature", "AAAA"),
             ("policy", &policy),
         ]);
         assert_eq!(
-            authenticate(&Fields(&bad_sig), &signer).unwrap_err().1,
+            authenticate(&Fields(&bad_sig), signer).unwrap_err().1,
             "SignatureDoesNotMatch"
         );
         let bad_key = fields(&[
@@ -389,12 +407,12 @@ mod tests {
             ("policy", &policy),
         ]);
         assert_eq!(
-            authenticate(&Fields(&bad_key), &signer).unwrap_err().1,
+            authenticate(&Fields(&bad_key), signer).unwrap_err().1,
             "InvalidAccessKeyId"
         );
         let unsigned = fields(&[("AWSAccessKeyId", "AK"), ("policy", &policy)]);
         assert_eq!(
-            authenticate(&Fields(&unsigned), &signer).unwrap_err().0,
+            authenticate(&Fields(&unsigned), signer).unwrap_err().0,
             StatusCode::BAD_REQUEST
         );
         // Version 4: the signing key of the credential's day, region and service.
@@ -410,10 +428,22 @@ mod tests {
             ("x-amz-signature", &sig4),
             ("policy", &policy),
         ]);
-        assert_eq!(authenticate(&Fields(&v4), &signer), Ok(policy.as_str()));
+        assert_eq!(
+            signed_by(authenticate(&Fields(&v4), signer)),
+            Ok(Some((policy.clone(), "alt".to_string())))
+        );
+        // Anonymous: for the bucket's ACL or policy to decide; a policy nobody signed is
+        // refused.
         let anonymous = fields(&[("key", "k")]);
         assert_eq!(
-            authenticate(&Fields(&anonymous), &signer).unwrap_err().0,
+            signed_by(authenticate(&Fields(&anonymous), signer)),
+            Ok(None)
+        );
+        let unsigned_policy = fields(&[("key", "k"), ("policy", &policy)]);
+        assert_eq!(
+            authenticate(&Fields(&unsigned_policy), signer)
+                .unwrap_err()
+                .0,
             StatusCode::FORBIDDEN
         );
     }
