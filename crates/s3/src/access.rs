@@ -84,8 +84,9 @@ impl S3Access for Access {
         if op == "CreateBucket" {
             return caller.map(|_| ()).ok_or_else(unsigned);
         }
-        authorize(&self.store, &self.users, caller, op, &target, &mut request).await?;
-        if matches!(op, "CopyObject" | "UploadPartCopy") {
+        let seen = authorize(&self.store, &self.users, caller, op, &target, &mut request).await?;
+        let copy = matches!(op, "CopyObject" | "UploadPartCopy");
+        if copy {
             let Some(source) = copy_source(cx.headers()) else {
                 return Ok(()); // The operation refuses the malformed header.
             };
@@ -95,7 +96,7 @@ impl S3Access for Access {
                 version: source.2.clone(),
             };
             request.existing_tags = None;
-            authorize(
+            let seen_source = authorize(
                 &self.store,
                 &self.users,
                 caller,
@@ -104,6 +105,10 @@ impl S3Access for Access {
                 &mut request,
             )
             .await?;
+            cx.extensions_mut().insert(SeenSource(seen_source));
+        }
+        if seen != Seen::Unlooked && !copy {
+            cx.extensions_mut().insert(SeenObject(seen));
         }
         Ok(())
     }
@@ -115,6 +120,103 @@ pub(crate) struct Target<'a> {
     pub key: Option<&'a str>,
     /// The object version it names (`versionId`), if any.
     pub version: Option<String>,
+}
+
+/// What an access check's decision rested on, for the operation to hold the object it finds
+/// to it: an object replaced between the check and the operation (by another user, with
+/// another ACL) is not read or changed on the strength of the one the check saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Seen {
+    /// Nothing about the object.
+    Unlooked,
+    /// Its ACL: the object found must give `caller` (a canonical id; `None`: unsigned)
+    /// `wanted` (group grants only when `public`).
+    Acl {
+        caller: Option<String>,
+        wanted: Permission,
+        public: bool,
+        bucket_owner: String,
+    },
+    /// Its owner: the object found must be `caller`'s.
+    Owner {
+        caller: String,
+        bucket_owner: String,
+    },
+    /// The object itself (a policy decided on its stored tags): the same version, or none.
+    Exactly(Option<(String, std::time::SystemTime, Option<String>)>),
+}
+
+impl Seen {
+    fn identity(o: Option<&ObjectInfo>) -> Option<(String, std::time::SystemTime, Option<String>)> {
+        o.map(|o| (o.etag.clone(), o.last_modified, o.version_id.clone()))
+    }
+
+    /// Whether the object the operation found passes what the check's decision rested on.
+    pub(crate) fn matches(&self, found: &ObjectInfo) -> bool {
+        match self {
+            Seen::Unlooked => true,
+            Seen::Acl {
+                caller,
+                wanted,
+                public,
+                bucket_owner,
+            } => {
+                acl::object_acl(found, bucket_owner).allows_id(caller.as_deref(), *wanted, *public)
+            }
+            Seen::Owner {
+                caller,
+                bucket_owner,
+            } => acl::object_acl(found, bucket_owner).owner == *caller,
+            Seen::Exactly(id) => *id == Seen::identity(Some(found)),
+        }
+    }
+}
+
+/// The refusal when an operation finds another object than its access check saw: 503
+/// `SlowDown`, which clients retry.
+pub(crate) fn changed_since_checked() -> S3Error {
+    S3Error::with_message(
+        S3ErrorCode::SlowDown,
+        "The object changed while its access was checked; retry",
+    )
+}
+
+/// As [`changed_since_checked`], inside a store update (`store_error` maps it to 409
+/// `OperationAborted`, which clients retry too).
+pub(crate) fn changed_since_checked_store() -> StoreError {
+    StoreError::Conflict("The object changed while its access was checked; retry".into())
+}
+
+/// What the access check saw of the object an operation works on.
+#[derive(Debug, Clone)]
+pub(crate) struct SeenObject(pub Seen);
+
+/// What the access check saw of a copy's source.
+#[derive(Debug, Clone)]
+pub(crate) struct SeenSource(pub Seen);
+
+/// What the access check saw of an operation's object (`source`: of a copy's source), from
+/// the request's extensions: [`Seen::Unlooked`] when it recorded nothing.
+pub(crate) fn seen(extensions: &http::Extensions, source: bool) -> Seen {
+    let seen = if source {
+        extensions.get::<SeenSource>().map(|s| &s.0)
+    } else {
+        extensions.get::<SeenObject>().map(|s| &s.0)
+    };
+    seen.cloned().unwrap_or(Seen::Unlooked)
+}
+
+/// Refuses when `found` is not what the access check saw.
+pub(crate) fn confirm_seen(
+    extensions: &http::Extensions,
+    found: &ObjectInfo,
+    source: bool,
+) -> S3Result<()> {
+    if seen(extensions, source).matches(found) {
+        Ok(())
+    } else {
+        Err(changed_since_checked())
+    }
 }
 
 /// What an operation needs from the ACLs of a caller other than the bucket's owner.
@@ -175,6 +277,20 @@ pub(crate) async fn authorize(
     op: &str,
     target: &Target<'_>,
     request: &mut policy::Request<'_>,
+) -> S3Result<Seen> {
+    let mut seen = Seen::Unlooked;
+    decide(store, users, caller, op, target, request, &mut seen).await?;
+    Ok(seen)
+}
+
+async fn decide(
+    store: &Store,
+    users: &Users,
+    caller: Option<&User>,
+    op: &str,
+    target: &Target<'_>,
+    request: &mut policy::Request<'_>,
+    seen: &mut Seen,
 ) -> S3Result<()> {
     let refuse = || {
         if caller.is_some() {
@@ -236,6 +352,15 @@ pub(crate) async fn authorize(
     };
     let caller_id = caller.map(|u| u.id.as_str());
     let block = policy::public_block_of(settings);
+    // A decision on the object's stored tags holds for that very version only.
+    let tags_used = policy::needs_existing_tags(settings) && target.key.is_some();
+    let by_tags = |o: Option<&ObjectInfo>| {
+        if tags_used {
+            Seen::Exactly(Seen::identity(o))
+        } else {
+            Seen::Unlooked
+        }
+    };
     match policy::decide(settings, target.bucket, op, &resource, caller_id, request) {
         Decision::Deny if !(is_owner && policy::manages_policy(op)) => {
             return Err(S3Error::with_message(
@@ -243,20 +368,33 @@ pub(crate) async fn authorize(
                 "Access Denied by the bucket's policy",
             ))
         }
-        Decision::Allow if caller.is_some() && !policy::manages_policy(op) => return Ok(()),
+        Decision::Allow if caller.is_some() && !policy::manages_policy(op) => {
+            *seen = by_tags(object.as_ref());
+            return Ok(());
+        }
         Decision::Allow
             if caller.is_none() && !block.restrict_public_buckets && policy::open_to_public(op) =>
         {
-            return Ok(())
+            *seen = by_tags(object.as_ref());
+            return Ok(());
         }
         _ => {}
     }
     let enforced = acl::ownership_of(settings) == Some(Ownership::BucketOwnerEnforced);
     let public = !block.ignore_public_acls;
     let object_acl = |o: &ObjectInfo| acl::object_acl(o, owner);
+    let acl_seen = |wanted, public| Seen::Acl {
+        caller: caller_id.map(str::to_string),
+        wanted,
+        public,
+        bucket_owner: owner.to_string(),
+    };
     if is_owner {
         // Another user's object keeps its bytes and ACL from the bucket owner unless it
         // grants them (never in a bucket that enforces its ownership: it owns them all).
+        if let (Needs::Object(p), false) = (needs, enforced) {
+            *seen = acl_seen(p, true);
+        }
         return match (needs, &object) {
             (Needs::Object(p), Some(o)) if !enforced && !object_acl(o).allows(caller, p, true) => {
                 Err(denied())
@@ -266,6 +404,16 @@ pub(crate) async fn authorize(
     }
     if enforced || caller.is_none() && matches!(op, "CopyObject" | "UploadPartCopy") {
         return Err(refuse());
+    }
+    match (needs, caller) {
+        (Needs::Object(p), _) => *seen = acl_seen(p, public),
+        (Needs::ObjectOwner, Some(u)) => {
+            *seen = Seen::Owner {
+                caller: u.id.clone(),
+                bucket_owner: owner.to_string(),
+            }
+        }
+        _ => {}
     }
     let allowed = match needs {
         Needs::Bucket(p) => bucket_acl.allows(caller, p, public),
@@ -399,6 +547,54 @@ fn wrong_region(region: &str, expected: &str, presigned: bool) -> S3Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_object_replaced_after_the_check_is_held_to_what_the_check_rested_on() {
+        let object = |acl: Option<Acl>, etag: &str| {
+            let mut o = ObjectInfo {
+                etag: etag.into(),
+                ..ObjectInfo::default()
+            };
+            if let Some(a) = acl {
+                acl::set_object_acl(&mut o.headers, &a, "main");
+            }
+            o
+        };
+        let public = object(
+            Some(Acl::canned("public-read", "main", "main").unwrap()),
+            "e1",
+        );
+        let private = object(None, "e2");
+        let by_acl = Seen::Acl {
+            caller: Some("alt".into()),
+            wanted: Permission::Read,
+            public: true,
+            bucket_owner: "main".into(),
+        };
+        assert!(by_acl.matches(&public));
+        assert!(!by_acl.matches(&private), "replaced by a private object");
+        let owners = Seen::Acl {
+            caller: Some("main".into()),
+            wanted: Permission::Read,
+            public: true,
+            bucket_owner: "main".into(),
+        };
+        assert!(
+            owners.matches(&private),
+            "the owner's own overwrite reads on"
+        );
+        let alts = object(Some(Acl::private("alt")), "e3");
+        assert!(!owners.matches(&alts), "another user's object, no grant");
+        let owner_of = Seen::Owner {
+            caller: "alt".into(),
+            bucket_owner: "main".into(),
+        };
+        assert!(owner_of.matches(&alts) && !owner_of.matches(&private));
+        let exactly = Seen::Exactly(Seen::identity(Some(&public)));
+        assert!(exactly.matches(&public) && !exactly.matches(&private));
+        assert!(!Seen::Exactly(None).matches(&public));
+        assert!(Seen::Unlooked.matches(&alts));
+    }
 
     #[test]
     fn a_copy_source_is_read_as_the_operation_reads_it() {

@@ -21,6 +21,7 @@ pub(crate) async fn get_object_attributes(
         .head_object_version(&input.bucket, &input.key, input.version_id.as_deref())
         .await
         .map_err(store_error)?;
+    crate::access::confirm_seen(&req.extensions, &info, false)?;
     // As a GET: an SSE-C object's attributes need its key.
     let sealed = sse::Sealed::from_headers(&info.headers)?;
     sse::open(sealed.as_ref(), customer.as_ref(), &s3.keyring)?;

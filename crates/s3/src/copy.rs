@@ -101,6 +101,7 @@ pub(crate) async fn copy_object(
         input,
         headers,
         credentials,
+        extensions,
         ..
     } = req;
     let (src_bucket, src_key, src_version) = copy_source(&input.copy_source)?;
@@ -112,6 +113,7 @@ pub(crate) async fn copy_object(
         .head_object_version(&src_bucket, &src_key, src_version.as_deref())
         .await
         .map_err(store_error)?;
+    crate::access::confirm_seen(&extensions, &src, true)?;
     check_source_conditions!(input, src);
     let src_sealed = sse::Sealed::from_headers(&src.headers)?;
     let src_data_key = sse::open(src_sealed.as_ref(), src_customer.as_ref(), &s3.keyring)?;
@@ -277,6 +279,7 @@ pub(crate) async fn upload_part_copy(
         .head_object_version(&src_bucket, &src_key, src_version.as_deref())
         .await
         .map_err(store_error)?;
+    crate::access::confirm_seen(&req.extensions, &src, true)?;
     check_source_conditions!(input, src);
     let src_sealed = sse::Sealed::from_headers(&src.headers)?;
     let src_data_key = sse::open(src_sealed.as_ref(), src_customer.as_ref(), &s3.keyring)?;

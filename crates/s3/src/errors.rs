@@ -27,6 +27,8 @@ pub(crate) fn store_error(e: StoreError) -> S3Error {
         StoreError::InvalidArgument(_) => C::InvalidArgument,
         StoreError::NoSuchVersion { .. } => C::NoSuchVersion,
         StoreError::ObjectLocked(_) => C::AccessDenied,
+        // A race with another request (retried by clients).
+        StoreError::Conflict(_) => C::OperationAborted,
         StoreError::DeleteMarker(version) => {
             // A delete marker has nothing to read; the headers say what it is.
             let mut e = S3Error::with_message(C::MethodNotAllowed, msg.clone());

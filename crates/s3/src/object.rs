@@ -309,6 +309,7 @@ pub(crate) async fn get_object(
         Err(e) => return Err(missing(e)),
     };
     let info = &got.info;
+    crate::access::confirm_seen(&req.extensions, info, false)?;
     if part.as_ref().is_some_and(|(etag, _)| *etag != info.etag) {
         // Replaced between finding the part and reading it: its bytes may be elsewhere now.
         return Err(err(
@@ -363,6 +364,7 @@ pub(crate) async fn head_object(
         .head_object_version(&input.bucket, &input.key, input.version_id.as_deref())
         .await
         .map_err(|e| versioning::read_error(&s3.store, &input.bucket, &input.key, e))?;
+    crate::access::confirm_seen(&req.extensions, &info, false)?;
     let sealed = sse::Sealed::from_headers(&info.headers)?;
     let conditions = read_conditions!(input);
     let mut range = range_spec(input.range.as_ref());

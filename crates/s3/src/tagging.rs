@@ -5,6 +5,7 @@
 //! An object's tags live in its stored headers (never sent as headers), sorted by key; a
 //! change rewrites the object's record only, not its body.
 
+use crate::access::Seen;
 use crate::errors::{err, no_configuration, store_error};
 use crate::service::RailS3;
 use crate::versioning;
@@ -161,6 +162,7 @@ pub(crate) async fn get_object_tagging(
         .head_object_version(&input.bucket, &input.key, input.version_id.as_deref())
         .await
         .map_err(store_error)?;
+    crate::access::confirm_seen(&req.extensions, &info, false)?;
     Ok(S3Response::new(GetObjectTaggingOutput {
         tag_set: to_set(&stored(&info)),
         version_id: versioning::version_header(&s3.store, &input.bucket, &info),
@@ -173,9 +175,13 @@ async fn replace(
     s3: &RailS3,
     (bucket, key, version): (&str, &str, Option<&str>),
     tags: Tags,
+    seen: Seen,
 ) -> S3Result<()> {
     s3.store
         .update_object_headers(bucket, key, |current, headers| {
+            if !seen.matches(current) {
+                return Err(crate::access::changed_since_checked_store());
+            }
             if version.is_some_and(|v| v != version_name(current.version_id.as_deref())) {
                 return Err(StoreError::InvalidArgument(
                     "only the current version's tags can be changed".into(),
@@ -193,6 +199,7 @@ pub(crate) async fn put_object_tagging(
     s3: &RailS3,
     req: S3Request<PutObjectTaggingInput>,
 ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
+    let seen = crate::access::seen(&req.extensions, false);
     let input = req.input;
     let tags = from_set(&input.tagging.tag_set, OBJECT_TAGS_MAX)?;
     let target = (
@@ -200,7 +207,7 @@ pub(crate) async fn put_object_tagging(
         input.key.as_str(),
         input.version_id.as_deref(),
     );
-    replace(s3, target, tags).await?;
+    replace(s3, target, tags, seen).await?;
     Ok(S3Response::new(PutObjectTaggingOutput::default()))
 }
 
@@ -208,13 +215,14 @@ pub(crate) async fn delete_object_tagging(
     s3: &RailS3,
     req: S3Request<DeleteObjectTaggingInput>,
 ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
+    let seen = crate::access::seen(&req.extensions, false);
     let input = req.input;
     let target = (
         input.bucket.as_str(),
         input.key.as_str(),
         input.version_id.as_deref(),
     );
-    replace(s3, target, Tags::new()).await?;
+    replace(s3, target, Tags::new(), seen).await?;
     Ok(S3Response::new(DeleteObjectTaggingOutput::default()))
 }
 

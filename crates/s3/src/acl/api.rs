@@ -92,6 +92,7 @@ pub(crate) async fn get_object_acl(
         .head_object_version(&input.bucket, &input.key, input.version_id.as_deref())
         .await
         .map_err(|e| crate::versioning::read_error(&s3.store, &input.bucket, &input.key, e))?;
+    crate::access::confirm_seen(&req.extensions, &info, false)?;
     let acl = object_acl(&info, &bucket_owner);
     Ok(S3Response::new(GetObjectAclOutput {
         grants: Some(acl.grants_dto(&s3.users)),
@@ -128,8 +129,12 @@ pub(crate) async fn put_object_acl(
         return Err(public_acl_blocked());
     }
     // Only the record changes: the version, its time and its bytes stay.
+    let seen = crate::access::seen(&req.extensions, false);
     s3.store
         .update_version_headers(bucket, &input.key, version, |now, headers| {
+            if !seen.matches(now) {
+                return Err(crate::access::changed_since_checked_store());
+            }
             if object_acl(now, &bucket_owner).owner != owner {
                 return Err(StoreError::PreconditionFailed(
                     "the object was replaced while its ACL was set; retry".into(),

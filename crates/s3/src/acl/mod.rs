@@ -121,9 +121,9 @@ impl Grantee {
 
     /// Whether a request by `caller` (`None`: unsigned) is this grantee; group grants count
     /// only when `public` (the public access block's `IgnorePublicAcls` turns them off).
-    fn matches(&self, caller: Option<&User>, public: bool) -> bool {
+    fn matches(&self, caller: Option<&str>, public: bool) -> bool {
         match self {
-            Grantee::User(id) => caller.is_some_and(|u| u.id == *id),
+            Grantee::User(id) => caller == Some(id.as_str()),
             Grantee::AllUsers => public,
             Grantee::AuthenticatedUsers => public && caller.is_some(),
             Grantee::LogDelivery => false,
@@ -314,7 +314,12 @@ impl Acl {
     /// Whether `caller` (`None`: unsigned) has `wanted`. Group grants count only when
     /// `public`; the owner always has `READ_ACP` and `WRITE_ACP`.
     pub(crate) fn allows(&self, caller: Option<&User>, wanted: Permission, public: bool) -> bool {
-        let owner = caller.is_some_and(|u| u.id == self.owner);
+        self.allows_id(caller.map(|u| u.id.as_str()), wanted, public)
+    }
+
+    /// As [`Acl::allows`], for the user with this canonical id.
+    pub(crate) fn allows_id(&self, caller: Option<&str>, wanted: Permission, public: bool) -> bool {
+        let owner = caller == Some(self.owner.as_str());
         if owner && matches!(wanted, Permission::ReadAcp | Permission::WriteAcp) {
             return true;
         }
