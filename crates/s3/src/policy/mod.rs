@@ -1,7 +1,7 @@
-//! Bucket policies and the public access block: their configuration, and the check every
-//! request passes (`access.rs` calls [`check`]) — an explicit Deny refuses even the owner, an
-//! Allow to everyone (`Principal: *`) opens the bucket to unsigned requests unless the public
-//! access block restricts it.
+//! Bucket policies and the public access block: their configuration, and what a policy says
+//! of a request ([`decide`], which the access check in `access.rs` asks) — an explicit Deny
+//! refuses even the owner, an Allow admits the users it names (`Principal: *`: everyone, and
+//! unsigned requests unless the public access block restricts the bucket).
 
 mod condition;
 mod document;
