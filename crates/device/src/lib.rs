@@ -46,7 +46,7 @@ pub use bytes::Bytes;
 pub use error::{DeviceError, Result};
 pub use faulty::{FaultConfig, FaultyDevice};
 pub use file::{
-    CompactionPolicy, FileConfig, FileDevice, FileLayout, RecoveryReport, SegmentExtent,
+    BulkReads, CompactionPolicy, FileConfig, FileDevice, FileLayout, RecoveryReport, SegmentExtent,
 };
 pub use mem::{MemConfig, MemDevice};
 pub use metered::{MeteredDevice, OpKind, OpStats};

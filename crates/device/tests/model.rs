@@ -348,3 +348,69 @@ async fn compaction_keeps_live_records_behind_a_corrupt_one(layout: Layout) {
         dev.close_blocking().unwrap();
     }
 }
+
+/// An iteration with values reads neighbouring records together (`file/bulk.rs`): a prefix
+/// whose records are spread over several segments, among records of other prefixes, reads
+/// with a few reads and gives every value, in key order, on both layouts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_iteration_reads_neighbouring_values_together() {
+    use rand::{Rng, RngCore};
+    for layout in LAYOUTS {
+        for seed in seeds(&[21]) {
+            let ctx = format!("{layout:?} seed {seed}");
+            let mut rng = rng(seed);
+            let dir = tempfile::tempdir().unwrap();
+            let path = device_path(dir.path(), layout);
+            let cfg = with_layout(file_config(), layout);
+            let mut wanted = std::collections::BTreeMap::new();
+            {
+                let dev = FileDevice::open(&path, cfg.clone()).unwrap();
+                for i in 0..1500u32 {
+                    // Three in four keys under the prefix, of 1 to 600 bytes (some block-aligned
+                    // values among them), the rest elsewhere.
+                    let len = rng.gen_range(1..600);
+                    let mut v = vec![0u8; len];
+                    rng.fill_bytes(&mut v);
+                    let key = if i % 4 == 3 {
+                        format!("b{i:05}").into_bytes()
+                    } else {
+                        format!("a{i:05}").into_bytes()
+                    };
+                    dev.store(&key, &v, StoreMode::Upsert).await.unwrap();
+                    if key[0] == b'a' {
+                        wanted.insert(key, v);
+                    }
+                }
+                dev.close_blocking().unwrap();
+            }
+            let dev = FileDevice::open(&path, cfg).unwrap();
+            let got = dev
+                .iterate(&IterRequest {
+                    prefix: b"a".to_vec(),
+                    start_after: None,
+                    entries_max: 0,
+                    with_values: true,
+                })
+                .await
+                .unwrap();
+            let got: Vec<(Vec<u8>, Vec<u8>)> = got
+                .entries
+                .into_iter()
+                .map(|e| (e.key, e.value.unwrap()))
+                .collect();
+            let expect: Vec<(Vec<u8>, Vec<u8>)> = wanted.into_iter().collect();
+            assert_eq!(got, expect, "{ctx}");
+            let reads = dev.bulk_reads();
+            // Read alone: only the few records of the log's last block, which the reopened
+            // device holds in its write buffer.
+            assert_eq!(
+                reads.values + reads.alone,
+                expect.len() as u64,
+                "{ctx}: {reads:?}"
+            );
+            assert!(reads.alone <= 16, "{ctx}: {reads:?}");
+            // 64 KiB segments of about 330-byte records: a run per segment or so.
+            assert!(reads.runs * 20 < reads.values, "{ctx}: {reads:?}");
+        }
+    }
+}

@@ -198,7 +198,7 @@ impl Inner {
         answers
     }
 
-    fn accept_whole(
+    pub(crate) fn accept_whole(
         &self,
         h: &PieceHeader,
         payload: Vec<u8>,

@@ -5,7 +5,8 @@
 //! - [`mechanism`]: the mechanisms, the policy (standalone, hybrid, custom) and the TOML config.
 //! - [`io`]: the one submission point to the devices, their health, and the read plan.
 //! - [`Manager`]: put/get/delete with versions, verification and self-healing reads.
-//! - packing sets, rebuild of a failed device and scrub.
+//! - packing sets, rebuild of a failed device and scrub; [`Manager::scan`], every object under a
+//!   prefix read at once.
 //! - [`mttdl`]: KVMD §5.1's reliability model.
 
 mod careful;
@@ -18,6 +19,7 @@ pub mod mechanism;
 pub mod mttdl;
 mod pack;
 mod rebuild;
+mod scan;
 mod staged;
 mod vdev;
 mod write;
@@ -27,3 +29,4 @@ pub use io::{AnyHealthy, DeviceSet, FailureListener, FaultPolicy, IoCounters, Re
 pub use manager::{Manager, ObjectMeta};
 pub use mechanism::{EcEngines, ManagerConfig, Mechanism, Policy, OFFLOAD_MIN_SHARD_BYTES_DEFAULT};
 pub use rebuild::{RepairOptions, RepairProgress, RepairReport};
+pub use scan::Scan;

@@ -684,6 +684,11 @@ impl Inner {
     /// every read of the key asks here first, for writes that succeed. A write that fails after
     /// a read saw it leaves what its pieces decode to, possibly the old value: that read saw a
     /// write that did not happen (the price of never reading writers for it).
+    /// Whether a put or delete of `key` is writing it now.
+    pub(crate) fn is_writing(&self, key: &[u8]) -> bool {
+        self.overlapping(key).is_some()
+    }
+
     fn overlapping(&self, key: &[u8]) -> Option<Writing> {
         if self.writing_count.load(Ordering::SeqCst) == 0 {
             return None;

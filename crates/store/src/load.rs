@@ -52,14 +52,21 @@ pub struct LoadReport {
 }
 
 impl Store {
-    /// Reads every record with `tag`; skips keys whose object is gone. After an unclean
-    /// shutdown each record is resolved the careful way (every copy, newest decodable version,
-    /// stale copies rewritten), so the index, the chunks kept and a later scrub all agree on
-    /// one version of each record.
+    /// Reads every record with `tag`; skips keys whose object is gone. After a clean shutdown
+    /// most records are read at once ([`railstore_redundancy::Manager::scan`]: each device's
+    /// records in log order), the rest one by one. After an unclean shutdown each record is
+    /// resolved the careful way (every copy, newest decodable version, stale copies
+    /// rewritten), so the index, the chunks kept and a later scrub all agree on one version of
+    /// each record.
     async fn records(&self, tag: u8, report: &mut LoadReport) -> Result<Vec<Record>> {
         let manager = &self.inner.manager;
         let careful = self.inner.unclean_start;
-        let keys = manager.keys(&[tag]).await?;
+        let (mut out, keys) = if careful {
+            (Vec::new(), manager.keys(&[tag]).await?)
+        } else {
+            let scan = manager.scan(&[tag]).await?;
+            (scan.values, scan.others)
+        };
         let fetched: Vec<Result<Fetched>> = futures_util::stream::iter(keys)
             .map(|k| async move {
                 if self.inner.closing.load(std::sync::atomic::Ordering::SeqCst) {
@@ -83,7 +90,7 @@ impl Store {
             .buffer_unordered(crate::store::LOAD_CONCURRENCY)
             .collect()
             .await;
-        let mut out = Vec::with_capacity(fetched.len());
+        out.reserve(fetched.len());
         for f in fetched {
             match f? {
                 Fetched::Record(kv) => out.push(kv),
@@ -153,6 +160,9 @@ impl Store {
             .map(|b| (b.id, b.info.name.clone()))
             .collect();
         let mut last_seq = 0u64;
+        // Current objects by bucket id, in key order (records come sorted): each bucket's map
+        // is built from them in one go.
+        let mut current: HashMap<u64, Vec<(String, Arc<Entry>)>> = HashMap::new();
         for tag in [TAG_OBJECT, TAG_VERSION] {
             for (k, v) in self.records(tag, &mut report).await? {
                 let (rec, _) = decode_object(&v)?;
@@ -179,11 +189,14 @@ impl Store {
                     seq: rec.seq,
                 });
                 match tag {
-                    TAG_OBJECT => {
-                        b.objects.insert(key, entry);
-                    }
+                    TAG_OBJECT => current.entry(b.id).or_default().push((key, entry)),
                     _ => b.history.entry(key).or_default().push(entry),
                 }
+            }
+        }
+        for (id, objects) in current {
+            if let Some(b) = by_id.get(&id).and_then(|n| buckets.get_mut(n)) {
+                b.objects = objects.into_iter().collect();
             }
         }
         self.inner

@@ -218,14 +218,35 @@ pub(crate) fn read_aligned(
     len: usize,
     align: u64,
 ) -> std::io::Result<(AlignedBuf, usize)> {
+    let mut buf = AlignedBuf::new(aligned_span(offset, len, align));
+    let at = read_aligned_into(file, offset, len, align, &mut buf)?;
+    Ok((buf, at))
+}
+
+/// The bytes of the whole `align`-byte blocks that cover `len` bytes at `offset`.
+pub(crate) fn aligned_span(offset: u64, len: usize, align: u64) -> usize {
     let start = offset / align * align;
     let end = (offset + len as u64).div_ceil(align) * align;
-    let mut buf = AlignedBuf::new((end - start) as usize);
+    (end - start) as usize
+}
+
+/// [`read_aligned`] into `buf`, which holds at least [`aligned_span`] bytes (a buffer reused
+/// for many reads). Returns where the requested bytes start in it.
+pub(crate) fn read_aligned_into(
+    file: &File,
+    offset: u64,
+    len: usize,
+    align: u64,
+    buf: &mut AlignedBuf,
+) -> std::io::Result<usize> {
+    let start = offset / align * align;
+    let span = aligned_span(offset, len, align);
+    assert!(buf.len() >= span, "read buffer too small");
     let want = (offset + len as u64 - start) as usize;
     let mut got = 0usize;
     while got < want {
         // Whole aligned tail of the buffer: O_DIRECT needs aligned length and offset.
-        let n = file.read_at(&mut buf[got..(end - start) as usize], start + got as u64)?;
+        let n = file.read_at(&mut buf[got..span], start + got as u64)?;
         if n == 0 || !((got + n) as u64).is_multiple_of(align) && got + n < want {
             // A short read not on a block boundary can only be the file's end.
             return Err(std::io::Error::new(
@@ -235,7 +256,7 @@ pub(crate) fn read_aligned(
         }
         got += n;
     }
-    Ok((buf, (offset - start) as usize))
+    Ok((offset - start) as usize)
 }
 
 fn segment_path(dir: &Path, id: u64) -> PathBuf {

@@ -270,27 +270,38 @@ impl Device for Separated {
             .more
             .then(|| batch.entries.last().map(|e| e.key.clone()))
             .flatten();
+        // Buffered stores (with their values if asked) and deletes in the batch's range.
+        let pending: Vec<(Vec<u8>, Option<Option<Vec<u8>>>)> = {
+            let b = st.buffer.lock().unwrap();
+            b.keys_with_prefix(&req.prefix)
+                .filter(|(k, _)| req.start_after.as_deref().is_none_or(|s| *k > s))
+                .take_while(|(k, _)| upper.as_deref().is_none_or(|u| *k <= u))
+                .map(|(k, op)| {
+                    let op = match op {
+                        Pending::Store(v) => Some(req.with_values.then(|| v.clone())),
+                        Pending::Delete => None,
+                    };
+                    (k.to_vec(), op)
+                })
+                .collect()
+        };
+        // Nothing buffered there (a scan after the buffers were written out): the device's
+        // batch as it is, without copying it through a map.
+        if pending.is_empty() {
+            return Ok(batch);
+        }
         let mut merged: BTreeMap<Vec<u8>, Option<Vec<u8>>> = batch
             .entries
             .into_iter()
             .map(|e| (e.key, e.value))
             .collect();
-        {
-            let b = st.buffer.lock().unwrap();
-            for (k, op) in b.keys_with_prefix(&req.prefix) {
-                if req.start_after.as_deref().is_some_and(|s| k <= s) {
-                    continue;
+        for (k, op) in pending {
+            match op {
+                Some(v) => {
+                    merged.insert(k, v);
                 }
-                if upper.as_deref().is_some_and(|u| k > u) {
-                    break;
-                }
-                match op {
-                    Pending::Store(v) => {
-                        merged.insert(k.to_vec(), req.with_values.then(|| v.clone()));
-                    }
-                    Pending::Delete => {
-                        merged.remove(k);
-                    }
+                None => {
+                    merged.remove(&k);
                 }
             }
         }
