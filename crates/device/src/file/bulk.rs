@@ -86,14 +86,12 @@ impl Shared {
             READ_BYTES_MAX as usize + 2 * self.read_align as usize
         });
         for run in runs(&wanted) {
-            let (first, last) = (&run[0].loc, &run[run.len() - 1].loc);
-            let start = first.value_offset();
+            let start = run[0].loc.value_offset();
             let end = run
                 .iter()
                 .map(|w| w.loc.value_offset() + w.loc.value_len as u64)
                 .max()
                 .unwrap_or(start);
-            debug_assert!(last.offset >= first.offset);
             let io = &run[0].io;
             let (offset, len) = (io.base + start, (end - start) as usize);
             // One buffer for every run that fits it (zeroing a fresh one per read cost as
