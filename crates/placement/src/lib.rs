@@ -245,6 +245,11 @@ impl Layout {
         self.grows.len() + 1
     }
 
+    /// Devices each epoch after the first added, in order.
+    pub fn grows(&self) -> &[usize] {
+        &self.grows
+    }
+
     pub fn spec(&self) -> LayoutSpec {
         self.spec
     }

@@ -1,6 +1,8 @@
 //! The `railstore` command line: picks devices and coders and runs the jobs.
 
 mod admin_cmd;
+mod grow_bench_cmd;
+mod grow_cmd;
 mod mttdl_cmd;
 mod repair_bench_cmd;
 mod s3_bench_cmd;
@@ -38,6 +40,12 @@ enum Command {
     Scrub(server_cmd::ScrubArgs),
     /// Rebuild one device of the array from the others (offline).
     Rebuild(server_cmd::RebuildArgs),
+    /// Add devices (a multiple of the group width) to a stopped array as a new layout epoch;
+    /// the next `serve` moves the objects whose group changed while it serves (offline).
+    Grow(grow_cmd::GrowArgs),
+    /// Start taking the devices the last grow added out of a stopped array: the next `serve`
+    /// moves their objects back, and its clean shutdown after that removes them (offline).
+    Drain(grow_cmd::DrainArgs),
     /// Take devices out of service or replace them on a running server (admin API).
     Device {
         #[command(subcommand)]
@@ -91,6 +99,9 @@ enum BenchCommand {
     /// A device failed and rebuilt while the server serves an S3 load: client latency during
     /// the rebuild against without, and the throttled rebuild's rate against the unthrottled.
     Repair(Box<repair_bench_cmd::RepairBenchArgs>),
+    /// The array grown by a width of devices and drained back while the server serves an S3
+    /// load: the share of keys each move moves, their rates, client latency during the move.
+    Grow(Box<grow_bench_cmd::GrowBenchArgs>),
     /// Memory per object by layer, bytes on disk, restart and listing time, GET and PUT rates
     /// as the object count grows, extrapolated to 10^9 objects.
     Scale(Box<scale_bench_cmd::ScaleBenchArgs>),
@@ -108,7 +119,12 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     if matches!(
         cli.command,
-        Command::Serve(_) | Command::Status(_) | Command::Scrub(_) | Command::Rebuild(_)
+        Command::Serve(_)
+            | Command::Status(_)
+            | Command::Scrub(_)
+            | Command::Rebuild(_)
+            | Command::Grow(_)
+            | Command::Drain(_)
     ) {
         private_files();
     }
@@ -127,6 +143,11 @@ fn main() -> anyhow::Result<()> {
             logging();
             server_cmd::rebuild(&args)
         }
+        Command::Grow(args) => {
+            logging();
+            grow_cmd::grow(&args)
+        }
+        Command::Drain(args) => grow_cmd::drain(&args),
         Command::Device { what } => admin_cmd::device(&what),
         Command::Repair { what } => admin_cmd::repair(&what),
         Command::Volume { what } => volume_cmd::run(&what),
@@ -141,6 +162,7 @@ fn main() -> anyhow::Result<()> {
             BenchCommand::Mixed(args) => railstore_bench::mixed::run(&args),
             BenchCommand::S3(args) => s3_bench_cmd::run(&args),
             BenchCommand::Repair(args) => repair_bench_cmd::run(&args),
+            BenchCommand::Grow(args) => grow_bench_cmd::run(&args),
             BenchCommand::Scale(args) => scale_bench_cmd::run(&args),
             BenchCommand::CephStudy(args) => volume_bench_cmd::ceph_study(&args),
             BenchCommand::VolumeTrace(args) => volume_bench_cmd::volume_trace(&args),

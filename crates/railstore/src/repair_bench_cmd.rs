@@ -59,7 +59,7 @@ pub struct RepairBenchArgs {
 /// One load run, in short.
 #[derive(Debug, Clone, Serialize)]
 pub struct LoadFigures {
-    /// `before`, `during rebuild` or `after`.
+    /// `before`, `during rebuild`, `after` (`bench grow`: its own phases).
     pub phase: String,
     pub ops_per_s: f64,
     pub get_p50_us: f64,
@@ -105,7 +105,7 @@ pub struct RepairBenchReport {
     pub overlap: f64,
 }
 
-fn load_figures(phase: &str, r: &RunResult) -> LoadFigures {
+pub(crate) fn load_figures(phase: &str, r: &RunResult) -> LoadFigures {
     let kind = |k: &str| r.kinds.iter().find(|x| x.kind == k);
     let lat = |k: &str, f: fn(&s3load::Latency) -> f64| {
         kind(k).and_then(|x| x.latency.as_ref()).map_or(0.0, f)
@@ -155,39 +155,88 @@ async fn finished(store: &Store) -> Result<RepairStatus> {
     Ok(s)
 }
 
+/// The steady mixed load, the temporary data folder and the store configuration of a benchmark
+/// that changes the array under load (`bench repair`, `bench grow`).
+pub(crate) struct UnderLoad {
+    pub load: LoadArgs,
+    pub dir: TempDir,
+    pub cfg: StoreConfig,
+}
+
+impl UnderLoad {
+    pub(crate) fn new(
+        objects: u64,
+        size: &str,
+        duration: &str,
+        clients: usize,
+        get_ratio: f64,
+        config: Option<&std::path::Path>,
+        path: Option<&std::path::Path>,
+    ) -> Result<UnderLoad> {
+        let load = LoadArgs {
+            workload: vec![Workload::Mixed],
+            size: size.to_string(),
+            clients,
+            duration: Some(duration.to_string()),
+            warmup: Some("0s".into()),
+            objects: Some(objects),
+            get_ratio,
+            quiet: true,
+            ..LoadArgs::default()
+        };
+        load.plan()?;
+        let parent = path.map_or_else(std::env::temp_dir, |p| p.to_path_buf());
+        let dir = TempDir::new(&parent)?;
+        let mut cfg = read_store_config(config)?;
+        cfg.data_dir = dir.0.clone();
+        cfg.devices.paths.clear();
+        // No scheduled scrub in the middle of the measurement.
+        cfg.repair.scrub_interval = std::time::Duration::ZERO;
+        Ok(UnderLoad { load, dir, cfg })
+    }
+
+    /// Runs `measure` with the load and the configuration on a runtime of its own, removes the
+    /// data folder, and prints the report `render` makes (and its JSON to `json`).
+    pub(crate) fn run<R, F>(
+        self,
+        json: Option<&std::path::Path>,
+        render: fn(&R) -> String,
+        measure: impl FnOnce(LoadArgs, StoreConfig) -> F,
+    ) -> Result<()>
+    where
+        R: Serialize,
+        F: std::future::Future<Output = Result<R>>,
+    {
+        let UnderLoad { load, dir, cfg } = self;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        let report = rt.block_on(measure(load, cfg));
+        drop(rt);
+        drop(dir);
+        let report = report?;
+        emit_report(&render(&report), json, &report)
+    }
+}
+
 pub fn run(args: &RepairBenchArgs) -> Result<()> {
     let (objects, size, duration) = if args.quick {
         (300, "64KiB".to_string(), "2s".to_string())
     } else {
         (args.objects, args.size.clone(), args.duration.clone())
     };
-    let load = LoadArgs {
-        workload: vec![Workload::Mixed],
-        size: size.clone(),
-        clients: args.clients,
-        duration: Some(duration),
-        warmup: Some("0s".into()),
-        objects: Some(objects),
-        get_ratio: args.get_ratio,
-        quiet: true,
-        ..LoadArgs::default()
-    };
-    load.plan()?;
-    let parent = args.path.clone().unwrap_or_else(std::env::temp_dir);
-    let dir = TempDir::new(&parent)?;
-    let mut cfg = read_store_config(args.config.as_deref())?;
-    cfg.data_dir = dir.0.clone();
-    cfg.devices.paths.clear();
-    // No scheduled scrub in the middle of the measurement.
-    cfg.repair.scrub_interval = std::time::Duration::ZERO;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let report = rt.block_on(measure(args, &load, cfg, objects, size));
-    drop(rt);
-    drop(dir);
-    let report = report?;
-    emit_report(&render(&report), args.json.as_deref(), &report)
+    UnderLoad::new(
+        objects,
+        &size,
+        &duration,
+        args.clients,
+        args.get_ratio,
+        args.config.as_deref(),
+        args.path.as_deref(),
+    )?
+    .run(args.json.as_deref(), render, async |load, cfg| {
+        measure(args, &load, cfg, objects, size).await
+    })
 }
 
 async fn measure(

@@ -7,6 +7,7 @@
 //! - [`Manager`]: put/get/delete with versions, verification and self-healing reads.
 //! - packing sets, rebuild of a failed device and scrub; [`Manager::scan`], every object under a
 //!   prefix read at once.
+//! - moving objects between layout epochs (a grow or a drain): [`Manager::relocate_all`].
 //! - [`mttdl`]: KVMD §5.1's reliability model.
 
 mod careful;
@@ -19,6 +20,7 @@ pub mod mechanism;
 pub mod mttdl;
 mod pack;
 mod rebuild;
+mod relocate;
 mod scan;
 mod staged;
 mod vdev;
@@ -29,4 +31,5 @@ pub use io::{AnyHealthy, DeviceSet, FailureListener, FaultPolicy, IoCounters, Re
 pub use manager::{Manager, ObjectMeta};
 pub use mechanism::{EcEngines, ManagerConfig, Mechanism, Policy, OFFLOAD_MIN_SHARD_BYTES_DEFAULT};
 pub use rebuild::{RepairOptions, RepairProgress, RepairReport};
+pub use relocate::{Move, MoveReport};
 pub use scan::Scan;

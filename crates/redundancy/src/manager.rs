@@ -7,13 +7,14 @@ use crate::format::{segment_key, PieceHeader, PieceKind, KEY_OVERHEAD_BYTES, PIE
 use crate::io::DeviceSet;
 use crate::mechanism::{ManagerConfig, Mechanism};
 use crate::pack::Packer;
+use crate::relocate::Move;
 use futures_util::future::join_all;
 use railstore_device::purpose::{background, writing};
 use railstore_device::{Device, ReadRange, StoreMode};
 use railstore_ec::{Code, CodeId, Codec};
 use railstore_placement::{Layout, Placement};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Stripes of the per-key write lock table.
@@ -100,7 +101,12 @@ pub(crate) enum Writing {
 
 pub(crate) struct Inner {
     pub io: DeviceSet,
+    /// Where objects are written: the last epoch's layout, or for a drain the one before it.
     pub layout: Layout,
+    /// While objects move between epochs, the layout they move out of (`relocate.rs`).
+    pub source: Option<Layout>,
+    /// Whether a move runs: reads and writes look at `source` too.
+    pub moving: AtomicBool,
     pub config: ManagerConfig,
     codecs: Mutex<HashMap<(u8, u8, u8), Arc<Codec>>>,
     locks: Vec<tokio::sync::Mutex<()>>,
@@ -168,7 +174,27 @@ impl Manager {
             )));
         }
         config.ec.check()?;
-        let layout = config.layout(devices.len())?;
+        let whole = config.layout(devices.len())?;
+        let (layout, source) = match config.moving {
+            None => (whole, None),
+            Some(Move::Grow) => {
+                let before = whole.previous().ok_or_else(|| {
+                    RedundancyError::Config(
+                        "a grow is moving objects, but the layout has one epoch".into(),
+                    )
+                })?;
+                (whole, Some(before))
+            }
+            Some(Move::Drain) => {
+                let before = whole.previous().ok_or_else(|| {
+                    RedundancyError::Config(
+                        "a drain is moving objects, but the layout has one epoch".into(),
+                    )
+                })?;
+                (before, Some(whole))
+            }
+        };
+        let moving = AtomicBool::new(source.is_some());
         let device_count = devices.len();
         let key_max = devices.iter().map(|d| d.limits().key_bytes_max).min();
         let value_max = devices.iter().map(|d| d.limits().value_bytes_max).min();
@@ -192,6 +218,8 @@ impl Manager {
         let inner = Arc::new_cyclic(|weak| Inner {
             io: DeviceSet::with_faults(devices, config.faults),
             layout,
+            source,
+            moving,
             packer: Packer::new(weak.clone(), config.pack_wait),
             config,
             codecs: Mutex::new(HashMap::new()),
@@ -299,6 +327,7 @@ impl Manager {
             None => inner.config.policy.choose(value.len() as u64),
         };
         let _guard = inner.lock(key).await;
+        inner.relocate_locked(key).await?;
         let prev = inner.meta(key).await?;
         match (mode, &prev) {
             (StoreMode::InsertOnly, Some(_)) => {
@@ -341,6 +370,30 @@ impl Manager {
         let inner = &self.inner;
         inner.check_key(key)?;
         let place = inner.layout.place(key);
+        let found = self.get_at(key, range, guess, &place).await;
+        if !matches!(found, Err(RedundancyError::NotFound { .. })) {
+            return found;
+        }
+        let Some(old) = inner.moved_from(key) else {
+            return found;
+        };
+        // Not moved yet, or moved since the first look: under the lock no move is half done.
+        let _guard = inner.lock(key).await;
+        match self.get_at(key, range, guess, &old).await {
+            Err(RedundancyError::NotFound { .. }) => self.get_at(key, range, guess, &place).await,
+            other => other,
+        }
+    }
+
+    /// [`Manager::get`] at one placement.
+    async fn get_at(
+        &self,
+        key: &[u8],
+        range: ReadRange,
+        guess: Option<Mechanism>,
+        place: &Placement<'_>,
+    ) -> Result<(Vec<u8>, u64)> {
+        let inner = &self.inner;
         let hint = inner.cached(key).map(|m| m.mechanism).or(guess);
         let overlapping = inner.overlapping(key);
         // Only what the devices hold goes into the metadata cache: a write in progress may
@@ -349,9 +402,9 @@ impl Manager {
         let first = match overlapping {
             Some(Writing::Put(r)) => r,
             Some(Writing::Delete) => return Err(RedundancyError::NotFound { key: key.to_vec() }),
-            None => match inner.fast_segment(key, 0, &place, hint, None).await {
+            None => match inner.fast_segment(key, 0, place, hint, None).await {
                 Some(r) => r,
-                None => match inner.slow_segment(key, 0, &place, None).await? {
+                None => match inner.slow_segment(key, 0, place, None).await? {
                     Some(r) => r,
                     None => return Err(RedundancyError::NotFound { key: key.to_vec() }),
                 },
@@ -377,12 +430,12 @@ impl Manager {
             } else {
                 let s = s as u32;
                 match inner
-                    .fast_segment(key, s, &place, Some(first.mechanism), Some(first.version))
+                    .fast_segment(key, s, place, Some(first.mechanism), Some(first.version))
                     .await
                 {
                     Some(r) => r,
                     None => match inner
-                        .slow_segment(key, s, &place, Some(first.version))
+                        .slow_segment(key, s, place, Some(first.version))
                         .await?
                     {
                         Some(r) => r,
@@ -430,6 +483,7 @@ impl Manager {
         let inner = &self.inner;
         inner.check_key(key)?;
         let _guard = inner.lock(key).await;
+        inner.relocate_locked(key).await?;
         let place = inner.layout.place(key);
         let repairs = inner.io.counters.repairs.load(Ordering::Relaxed);
         let Some(first) = inner.slow_segment(key, 0, &place, None).await? else {
@@ -466,6 +520,7 @@ impl Manager {
         let inner = &self.inner;
         inner.check_key(key)?;
         let _guard = inner.lock(key).await;
+        inner.relocate_locked(key).await?;
         let Some(prev) = inner.meta(key).await? else {
             return Ok(false);
         };
@@ -547,8 +602,20 @@ impl Manager {
 
     /// The metadata of `key`, from the cache or the devices.
     pub async fn meta(&self, key: &[u8]) -> Result<Option<ObjectMeta>> {
-        self.inner.check_key(key)?;
-        self.inner.meta(key).await
+        let inner = &self.inner;
+        inner.check_key(key)?;
+        let found = inner.meta(key).await?;
+        if found.is_some() {
+            return Ok(found);
+        }
+        let Some(old) = inner.moved_from(key) else {
+            return Ok(None);
+        };
+        let _guard = inner.lock(key).await;
+        match inner.meta_at(key, &old).await? {
+            Some(m) => Ok(Some(m)),
+            None => inner.meta_at(key, &inner.layout.place(key)).await,
+        }
     }
 
     /// Makes every acknowledged store and delete durable on every healthy device, then deletes
@@ -723,7 +790,16 @@ impl Inner {
         if let Some(m) = self.cached(key) {
             return Ok(Some(m));
         }
-        let place = self.layout.place(key);
+        self.meta_at(key, &self.layout.place(key)).await
+    }
+
+    /// What `place` holds under `key` (the cache not asked): segment 0's header on the
+    /// primary, else a scan of the whole placement.
+    pub(crate) async fn meta_at(
+        &self,
+        key: &[u8],
+        place: &Placement<'_>,
+    ) -> Result<Option<ObjectMeta>> {
         let primary = place.device(0);
         if self.io.readable(primary) {
             // An existence check first: inserts of new keys, the common case, then cost an index
@@ -754,7 +830,7 @@ impl Inner {
             }
         }
         Ok(self
-            .slow_segment(key, 0, &place, None)
+            .slow_segment(key, 0, place, None)
             .await?
             .map(|r| r.meta()))
     }

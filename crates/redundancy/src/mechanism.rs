@@ -2,6 +2,7 @@
 //! custom). Pure: the manager asks, these answer.
 
 use crate::error::{RedundancyError, Result};
+use crate::relocate::Move;
 use railstore_ec::{Code, CodeId, Codec, EcError, Engine, Offload};
 use railstore_placement::{Layout, LayoutSpec, PieceOrder};
 use serde::Deserialize;
@@ -195,6 +196,12 @@ pub struct ManagerConfig {
     /// layout made now), or consecutive (a data folder whose layout was made before spreading;
     /// the store keeps what the folder's layout file says). Not a TOML setting.
     pub piece_order: PieceOrder,
+    /// Devices each later epoch of the layout added (the data folder's layout file; empty for
+    /// an array never grown). Not a TOML setting.
+    pub grows: Vec<usize>,
+    /// Objects are moving between the layout's last two epochs (`move.rs`). Not a TOML
+    /// setting.
+    pub moving: Option<Move>,
     /// A fast read that waits this long for a device reads one more preferred device (another
     /// copy, or a parity shard to decode with) and takes the first answers; `None` waits.
     /// Under read/write separation the window then needs more readers than k (Rails §4.3).
@@ -286,6 +293,8 @@ impl Default for ManagerConfig {
             layout_rounds: 4,
             layout_seed: 0x5241_494c,
             piece_order: PieceOrder::Spread,
+            grows: Vec::new(),
+            moving: None,
             slow_read_bypass: None,
             faults: crate::io::FaultPolicy::default(),
             ec: EcEngines::default(),
@@ -337,16 +346,27 @@ impl ManagerConfig {
     /// The placement layout of `devices` devices under this configuration: what
     /// [`crate::Manager::open`] uses, so callers (read/write separation) can learn the colours
     /// before opening it.
+    ///
+    /// `devices` counts every epoch's: the first epoch has what the later ones ([`grows`])
+    /// did not add.
+    ///
+    /// [`grows`]: ManagerConfig::grows
     pub fn layout(&self, devices: usize) -> Result<Layout> {
         let width = self.width();
-        let rounds = if devices == width {
+        let added: usize = self.grows.iter().sum();
+        let first = devices.checked_sub(added).ok_or_else(|| {
+            RedundancyError::Config(format!(
+                "{devices} devices, fewer than the {added} the layout's later epochs added"
+            ))
+        })?;
+        let rounds = if first == width {
             1
         } else {
             self.layout_rounds.max(1)
         };
-        Layout::with_order(
+        let mut layout = Layout::with_order(
             LayoutSpec {
-                devices,
+                devices: first,
                 width,
                 rounds,
                 seed: self.layout_seed,
@@ -354,7 +374,13 @@ impl ManagerConfig {
             },
             self.piece_order,
         )
-        .map_err(|e| RedundancyError::Config(e.to_string()))
+        .map_err(|e| RedundancyError::Config(e.to_string()))?;
+        for &g in &self.grows {
+            layout = layout
+                .grown(g)
+                .map_err(|e| RedundancyError::Config(e.to_string()))?;
+        }
+        Ok(layout)
     }
 
     /// Parses the TOML configuration (see `docs/redundancy.md`):
@@ -459,6 +485,8 @@ impl ManagerConfig {
             layout_rounds: f.layout_rounds.unwrap_or(d.layout_rounds),
             layout_seed: f.layout_seed.unwrap_or(d.layout_seed),
             piece_order: d.piece_order,
+            grows: d.grows,
+            moving: d.moving,
             faults: crate::io::FaultPolicy {
                 op_timeout: match f.device_op_timeout_ms {
                     Some(0) => {

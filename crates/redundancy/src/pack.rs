@@ -630,7 +630,17 @@ impl Inner {
     /// dead-member key, so its set still decodes the others. Best effort: a member that cannot be
     /// read now is rebuilt from its set by scrub or rebuild.
     pub(crate) async fn retire_packed(&self, key: &[u8], prev: &ObjectMeta) {
-        let place = self.layout.place(key);
+        self.retire_packed_at(key, prev, &self.layout.place(key))
+            .await
+    }
+
+    /// [`Inner::retire_packed`] for the object's pieces at `place`.
+    pub(crate) async fn retire_packed_at(
+        &self,
+        key: &[u8],
+        prev: &ObjectMeta,
+        place: &Placement<'_>,
+    ) {
         let d = place.device(0);
         for s in 0..prev.segments {
             let Ok(Some(bytes)) = self

@@ -6,7 +6,7 @@ use crate::format::{parse_device_key, segment_key, DeviceKey, PieceHeader, Piece
 use crate::manager::{Inner, Manager, Resolved, SegmentHead};
 use futures_util::stream::{self, StreamExt};
 use railstore_device::purpose::background;
-use railstore_device::{Device, IterRequest};
+use railstore_device::{Device, IterEntry, IterRequest};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -21,6 +21,19 @@ pub struct RepairOptions {
     pub concurrency: usize,
     /// Most bytes per second written by the repair; `None` for no limit.
     pub write_bytes_per_s_max: Option<u64>,
+}
+
+impl RepairOptions {
+    /// Waits until `written` bytes since `started` are within `write_bytes_per_s_max`.
+    pub(crate) async fn throttle(&self, started: Instant, written: u64) {
+        if let Some(max) = self.write_bytes_per_s_max.filter(|m| *m > 0) {
+            let due = Duration::from_secs_f64(written as f64 / max as f64);
+            let now = started.elapsed();
+            if due > now {
+                tokio::time::sleep(due - now).await;
+            }
+        }
+    }
 }
 
 impl Default for RepairOptions {
@@ -95,8 +108,11 @@ impl Manager {
         }
         inner.io.replace(device, replacement);
         let mut peers: BTreeSet<usize> = BTreeSet::new();
-        for g in inner.layout.groups_of(device) {
-            peers.extend(inner.layout.group(g));
+        // While objects move between epochs, the device's groups in both layouts.
+        for layout in std::iter::once(&inner.layout).chain(inner.source.as_ref()) {
+            for g in layout.groups_of(device) {
+                peers.extend(layout.group(g));
+            }
         }
         peers.remove(&device);
         // Peers out of service are not walked: within the tolerance, every object with a
@@ -140,6 +156,43 @@ enum Item {
 }
 
 impl Inner {
+    /// Lists device `d`'s keys under `prefix` into `each`, a batch at a time, counting them in
+    /// `progress.keys_listed`. A device that leaves service during the walk is walked no
+    /// further: what it shares with others has pieces on them too. `Cancelled` once `progress`
+    /// is.
+    pub(crate) async fn walk_device(
+        &self,
+        d: usize,
+        prefix: Vec<u8>,
+        progress: &RepairProgress,
+        mut each: impl FnMut(&[IterEntry]),
+    ) -> Result<()> {
+        let mut req = IterRequest {
+            prefix,
+            start_after: None,
+            entries_max: 4096,
+            with_values: false,
+        };
+        loop {
+            if progress.cancel.load(Ordering::Relaxed) {
+                return Err(RedundancyError::Cancelled);
+            }
+            let batch = match self.io.iterate(d, &req).await {
+                Ok(b) => b,
+                Err(_) if self.io.is_failed(d) => return Ok(()),
+                Err(source) => return Err(RedundancyError::Device { device: d, source }),
+            };
+            progress
+                .keys_listed
+                .fetch_add(batch.entries.len() as u64, Ordering::Relaxed);
+            each(&batch.entries);
+            if !batch.more {
+                return Ok(());
+            }
+            req.start_after = batch.entries.last().map(|e| e.key.clone());
+        }
+    }
+
     async fn repair(
         &self,
         walk: Vec<usize>,
@@ -155,27 +208,8 @@ impl Inner {
         let mut sets: HashSet<u64> = HashSet::new();
         let mut set_items: Vec<(u64, usize, Vec<u8>)> = Vec::new();
         for &d in &walk {
-            let mut req = IterRequest {
-                prefix: Vec::new(),
-                start_after: None,
-                entries_max: 4096,
-                with_values: false,
-            };
-            loop {
-                if progress.cancel.load(Ordering::Relaxed) {
-                    return Err(RedundancyError::Cancelled);
-                }
-                let batch = match self.io.iterate(d, &req).await {
-                    Ok(b) => b,
-                    // A device that leaves service during the walk is walked no further: the
-                    // objects it shares with the target have pieces on other peers too.
-                    Err(_) if self.io.is_failed(d) => break,
-                    Err(source) => return Err(RedundancyError::Device { device: d, source }),
-                };
-                progress
-                    .keys_listed
-                    .fetch_add(batch.entries.len() as u64, Ordering::Relaxed);
-                for e in &batch.entries {
+            self.walk_device(d, Vec::new(), progress, |entries| {
+                for e in entries {
                     // An object's key, with the version of a key that names one (a later
                     // segment, or a staged segment 0).
                     let (user_key, versioned) = match parse_device_key(&e.key) {
@@ -193,8 +227,12 @@ impl Inner {
                         }
                         None => continue,
                     };
-                    let relevant = target
-                        .is_none_or(|t| self.layout.place(&user_key).devices().any(|x| x == t));
+                    let relevant = target.is_none_or(|t| {
+                        self.layout.place(&user_key).devices().any(|x| x == t)
+                            || self
+                                .moved_from(&user_key)
+                                .is_some_and(|old| old.devices().any(|x| x == t))
+                    });
                     if relevant {
                         if let Some(version) = versioned {
                             later_keys.entry(user_key.clone()).or_default().push((
@@ -206,11 +244,8 @@ impl Inner {
                         objects.insert(user_key);
                     }
                 }
-                if !batch.more {
-                    break;
-                }
-                req.start_after = batch.entries.last().map(|e| e.key.clone());
-            }
+            })
+            .await?;
         }
         let mut objects: Vec<Vec<u8>> = objects.into_iter().collect();
         objects.sort();
@@ -280,13 +315,7 @@ impl Inner {
                     progress.items_done.fetch_add(1, Ordering::Relaxed);
                     let written = self.io.counters.store_bytes.load(Ordering::Relaxed) - written0;
                     progress.bytes_written.store(written, Ordering::Relaxed);
-                    if let Some(max) = options.write_bytes_per_s_max.filter(|m| *m > 0) {
-                        let due = Duration::from_secs_f64(written as f64 / max as f64);
-                        let now = started.elapsed();
-                        if due > now {
-                            tokio::time::sleep(due - now).await;
-                        }
-                    }
+                    options.throttle(started, written).await;
                 },
             )
         };
@@ -314,6 +343,9 @@ impl Inner {
     /// nothing of it is stored.
     pub(crate) async fn heal_object(&self, key: &[u8], later: &[LaterKey]) -> Result<bool> {
         let _guard = self.lock(key).await;
+        // During a move an object is healed where it goes (and `later` keys of its old
+        // version are gone with the move).
+        self.relocate_locked(key).await?;
         let place = self.layout.place(key);
         let found = self.slow_segment(key, 0, &place, None).await?;
         let current = found.as_ref().map(|r| r.version);
@@ -352,6 +384,7 @@ impl Inner {
     async fn rebuild_object(&self, key: &[u8], target: usize, later: &[LaterKey]) -> Result<bool> {
         let fast = {
             let _guard = self.lock(key).await;
+            self.relocate_locked(key).await?;
             self.rebuild_object_fast(key, target).await
         };
         match fast {
@@ -407,10 +440,13 @@ impl Inner {
     ) -> Option<(usize, bool, bool)> {
         // Descriptor copies live on devices of the same group as the device the set was seen on.
         let mut candidates: Vec<usize> = vec![found_on];
-        for g in self.layout.groups_of(found_on) {
-            candidates.extend(self.layout.group(g));
+        for layout in std::iter::once(&self.layout).chain(self.source.as_ref()) {
+            for g in layout.groups_of(found_on) {
+                candidates.extend(layout.group(g));
+            }
         }
-        candidates.dedup();
+        let mut seen = HashSet::new();
+        candidates.retain(|d| seen.insert(*d));
         let (desc, _) = self.find_descriptor(set, candidates.into_iter()).await?;
         if let Some(t) = target {
             let involved = desc.parity_devices.iter().any(|&d| d as usize == t)

@@ -24,16 +24,42 @@ use railstore_placement::Placement;
 use std::collections::BTreeMap;
 
 impl Inner {
-    /// Whether an overwrite of segment 0 with `mech` is staged: a split object's, while a
-    /// device of its placement is out of service. In place, a crash in the middle leaves the
-    /// positions in service holding old and new pieces between them; with fewer than 2k - 1
-    /// of them neither version may keep k, and with a device already out a further loss
-    /// within the tolerance before the next open repairs it can take the survivor below k.
-    /// In a whole group the survivor keeps at least k of n pieces, and staging every overwrite
-    /// would cost a sync each (docs/benchmarks/kv.md). Copies and hashing need only one piece
-    /// of a version.
-    pub(crate) fn must_stage(&self, place: &Placement<'_>, mech: Mechanism) -> bool {
-        matches!(mech, Mechanism::Split { .. }) && self.degraded(place, mech)
+    /// Whether an overwrite of segment 0 with `mech` of a version stored with `old` is
+    /// staged: a split object's, while a device of its placement is out of service, or when
+    /// a torn write could leave neither version readable in a whole group. In place, a crash
+    /// in the middle (a power cut during the sync that follows) leaves the positions holding
+    /// old and new pieces between them: the new version needs k of its pieces, so up to
+    /// k - 1 of them may land, each over an old piece where the two share a position. The
+    /// old version must keep what it needs (one copy or pointer; k_old shards) even then:
+    /// RS(3,3) over RS(3,3) keeps 4 of 6, but RS(4,2) over RS(4,2) may keep 3 of 6, and a
+    /// split over three copies or one hashed piece may keep none (simulator-found, 2026-11-28).
+    /// With a device already out a further loss within the tolerance before the next open
+    /// repairs it can take the survivor below k, so a degraded group always stages. Copies
+    /// and hashing need only one piece of a version, and staging every overwrite would cost a
+    /// sync each (docs/benchmarks/kv.md).
+    pub(crate) fn must_stage(
+        &self,
+        place: &Placement<'_>,
+        mech: Mechanism,
+        old: Mechanism,
+    ) -> bool {
+        let Mechanism::Split { k, .. } = mech else {
+            return false;
+        };
+        if self.degraded(place, mech) {
+            return true;
+        }
+        let old_at: Vec<usize> = place.of_pieces(old.pieces()).devices().collect();
+        let shared = place
+            .of_pieces(mech.pieces())
+            .devices()
+            .filter(|d| old_at.contains(d))
+            .count();
+        let old_needs = match old {
+            Mechanism::Split { k, .. } => k as usize,
+            _ => 1,
+        };
+        old_at.len() - shared.min(k as usize - 1) < old_needs
     }
 
     /// Whether a device holding one of `mech`'s positions of this placement is out of service.

@@ -52,7 +52,7 @@ impl Inner {
                 };
                 self.writing(key, Writing::Put(resolved))
             });
-            self.write_segment(key, &place, mech, head, data, prev.is_some())
+            self.write_segment(key, &place, mech, head, data, prev.map(|p| p.mechanism))
                 .await?;
             if s + 1 == segments && segments > 1 {
                 self.sync_positions(&place, mech.span(self.layout.width()))
@@ -149,8 +149,8 @@ impl Inner {
     }
 
     /// Writes one segment; succeeds when enough pieces landed for the object to be readable.
-    /// `overwrite`: segment 0 replaces an older version in place, staged first where a crash
-    /// could otherwise leave neither version readable.
+    /// `replaces`: the mechanism of the older version segment 0 replaces in place, staged
+    /// first where a crash could otherwise leave neither version readable.
     async fn write_segment(
         &self,
         key: &[u8],
@@ -158,8 +158,9 @@ impl Inner {
         mech: Mechanism,
         head: SegmentHead,
         data: &[u8],
-        overwrite: bool,
+        replaces: Option<Mechanism>,
     ) -> Result<()> {
+        let overwrite = replaces.is_some();
         if let Mechanism::Pack { .. } = mech {
             // An overwrite in a degraded group may have only the old pointers to find the old
             // version by (its member's device out): they go once the new set is durable.
@@ -170,7 +171,8 @@ impl Inner {
                 .await;
         }
         let pieces = self.pieces_of(mech, head, data, None, None)?;
-        let staged = head.segment == 0 && overwrite && self.must_stage(place, mech);
+        let staged =
+            head.segment == 0 && replaces.is_some_and(|old| self.must_stage(place, mech, old));
         if staged {
             self.stage(key, place, head, mech, &pieces).await?;
         }

@@ -4,7 +4,7 @@
 
 use crate::error::{Result, StoreError};
 use crate::store::Store;
-use railstore_redundancy::{RepairProgress, RepairReport};
+use railstore_redundancy::{Move, RepairProgress, RepairReport};
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -18,6 +18,8 @@ pub(crate) enum RunKind {
     Rebuild(usize),
     /// Verifies every object and set and repairs what is wrong.
     Scrub,
+    /// Moves the objects whose group changed between the layout's last two epochs.
+    Move(Move),
 }
 
 impl std::fmt::Display for RunKind {
@@ -25,6 +27,8 @@ impl std::fmt::Display for RunKind {
         match self {
             RunKind::Rebuild(d) => write!(f, "a rebuild of device {d}"),
             RunKind::Scrub => f.write_str("a scrub"),
+            RunKind::Move(Move::Grow) => f.write_str("a grow's move"),
+            RunKind::Move(Move::Drain) => f.write_str("a drain's move"),
         }
     }
 }
@@ -46,7 +50,7 @@ pub(crate) struct RepairRun {
 pub struct RepairStatus {
     /// Still running.
     pub running: bool,
-    /// What it does: `rebuild` or `scrub`.
+    /// What it does: `rebuild`, `scrub`, or the move of a `grow` or a `drain`.
     pub kind: String,
     /// The device rebuilt (none for a scrub).
     pub device: Option<usize>,
@@ -104,11 +108,13 @@ impl RepairRun {
             kind: match self.kind {
                 RunKind::Rebuild(_) => "rebuild",
                 RunKind::Scrub => "scrub",
+                RunKind::Move(Move::Grow) => "grow",
+                RunKind::Move(Move::Drain) => "drain",
             }
             .into(),
             device: match self.kind {
                 RunKind::Rebuild(d) => Some(d),
-                RunKind::Scrub => None,
+                RunKind::Scrub | RunKind::Move(_) => None,
             },
             started_unix_ms: self.started_unix_ms,
             elapsed_s: elapsed,

@@ -267,13 +267,18 @@ impl ArrayIdentity {
     /// Device `d`'s recorded health, and why it is out of service.
     pub fn health(&self, d: usize) -> (DeviceHealth, Option<String>) {
         let st = self.state.lock().unwrap();
-        (st.devices[d].health, st.devices[d].reason.clone())
+        match st.devices.get(d) {
+            Some(e) => (e.health, e.reason.clone()),
+            // Drained out of the array while it still runs (`relocate.rs`).
+            None => (DeviceHealth::Failed, Some("removed from the array".into())),
+        }
     }
 
     /// Records device `d` as `health` (durably) unless it is already.
     pub fn set_health(&self, d: usize, health: DeviceHealth, reason: Option<String>) -> Result<()> {
         let mut st = self.state.lock().unwrap();
-        if st.devices[d].health == health {
+        if st.devices.get(d).is_none_or(|e| e.health == health) {
+            // The same already, or a device drained out of the array since.
             return Ok(());
         }
         st.devices[d].health = health;
@@ -300,6 +305,43 @@ impl ArrayIdentity {
             reason: None,
             path: st.devices[d].path.clone(),
         };
+        self.save(&st)
+    }
+
+    /// Adds `devices` (newly made, empty) as the next ones of the array described in
+    /// `data_dir`, at `paths` when given (else the configuration's): each is stamped with the
+    /// current epoch, then the state records them, durably. A grow (`relocate.rs`) does this
+    /// before its layout names them; until then the next open drops them again.
+    pub(crate) async fn add_devices(
+        data_dir: &Path,
+        devices: &[Arc<dyn Device>],
+        paths: &[Option<PathBuf>],
+    ) -> Result<()> {
+        let path = data_dir.join(STATE_FILE);
+        let bytes = std::fs::read(&path)
+            .map_err(|e| StoreError::io(format!("reading {}", path.display()), e))?;
+        let mut st: ArrayState = serde_json::from_slice(&bytes)
+            .map_err(|e| StoreError::Corrupt(format!("the array state {}: {e}", path.display())))?;
+        for (dev, p) in devices.iter().zip(paths) {
+            st.devices.push(DeviceEntry {
+                id: new_id(),
+                health: DeviceHealth::Ok,
+                reason: None,
+                path: p.clone(),
+            });
+            let d = st.devices.len() - 1;
+            stamp(dev.as_ref(), &st.identity_of(d, st.epoch)).await?;
+        }
+        write_durably(
+            &path,
+            &serde_json::to_vec_pretty(&st).expect("the state serialises"),
+        )
+    }
+
+    /// Forgets every device from `n` on (a drain removed them from the layout), durably.
+    pub(crate) fn keep_devices(&self, n: usize) -> Result<()> {
+        let mut st = self.state.lock().unwrap();
+        st.devices.truncate(n);
         self.save(&st)
     }
 
@@ -360,6 +402,15 @@ impl ArrayIdentity {
                 st
             }
         };
+        if st.format == FORMAT && st.devices.len() > n {
+            // Devices a grow recorded before its layout named them: the grow did not happen.
+            tracing::warn!(
+                recorded = st.devices.len(),
+                devices = n,
+                "the array state names devices its layout does not; forgetting them"
+            );
+            st.devices.truncate(n);
+        }
         if st.format != FORMAT || st.devices.len() != n {
             return Err(StoreError::Config(format!(
                 "the array state {} describes {} devices (format {}); the configuration names {n}",

@@ -7,6 +7,7 @@ mod background;
 pub mod config;
 mod devices;
 pub mod error;
+mod grow;
 mod headers;
 mod identity;
 mod ids;
@@ -32,6 +33,7 @@ pub use config::{
     DeviceKind, DevicesConfig, RepairConfig, SeparationConfig, StoreConfig, EXAMPLE_TOML,
 };
 pub use error::{Result, StoreError};
+pub use grow::GrowReport;
 pub use identity::{DeviceHealth, NotCurrent};
 pub use ids::{random_id, seed_ids_on_this_thread};
 pub use load::LoadReport;

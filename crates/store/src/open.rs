@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 /// The layout file in the data folder.
-const LAYOUT_FILE: &str = "layout";
+pub(crate) const LAYOUT_FILE: &str = "layout";
 
 impl Store {
     /// Opens (or creates) the store the configuration describes: checks the devices'
@@ -121,6 +121,7 @@ impl Store {
             weak,
             self.inner.config.repair.scrub_interval,
         ));
+        self.start_move_schedule();
     }
 
     /// Opens the array without loading the index. With `fresh`, device `fresh` starts empty
@@ -132,6 +133,11 @@ impl Store {
         injected: Option<Vec<Arc<dyn Device>>>,
     ) -> Result<Store> {
         config.validate()?;
+        let persistent = injected.is_some() || config.devices.kind != DeviceKind::Mem;
+        if persistent {
+            // A grown array has the devices its layout file names, and maybe a move running.
+            crate::grow::adopt_epochs(&mut config)?;
+        }
         let n = config.device_count();
         if injected.as_ref().is_some_and(|d| d.len() != n) {
             return Err(StoreError::Config(format!(
@@ -139,7 +145,6 @@ impl Store {
                 injected.as_ref().map_or(0, Vec::len)
             )));
         }
-        let persistent = injected.is_some() || config.devices.kind != DeviceKind::Mem;
         let lock_file = if persistent {
             Some(lock_data_dir(&config)?)
         } else {
@@ -346,6 +351,7 @@ impl Store {
                 garbage: Mutex::new(Vec::new()),
                 metrics: Metrics::default(),
                 closing: AtomicBool::new(false),
+                drained: AtomicBool::new(false),
                 lock_file,
                 identity,
                 unclean_start,
@@ -414,6 +420,7 @@ impl Store {
             source,
         })?;
         if self.inner.lock_file.is_some() {
+            self.commit_drain()?;
             if self.inner.scrub_owed.load(Ordering::SeqCst) {
                 tracing::warn!(
                     "shut down before the scrub an unclean start owes; the next start scrubs"
@@ -477,7 +484,7 @@ fn absent_device(config: &StoreConfig, i: usize) -> Result<Opened> {
 }
 
 /// Removes `path` durably (the unlink reaches the disk before anything that relies on it).
-fn remove_durably(path: &std::path::Path) -> Result<()> {
+pub(crate) fn remove_durably(path: &std::path::Path) -> Result<()> {
     match std::fs::remove_file(path) {
         Ok(()) => sync_dir(path.parent().unwrap_or(std::path::Path::new("."))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -485,7 +492,7 @@ fn remove_durably(path: &std::path::Path) -> Result<()> {
     }
 }
 
-fn lock_data_dir(config: &StoreConfig) -> Result<File> {
+pub(crate) fn lock_data_dir(config: &StoreConfig) -> Result<File> {
     let dir = &config.data_dir;
     std::fs::DirBuilder::new()
         .recursive(true)

@@ -175,6 +175,8 @@ pub(crate) struct Inner {
     pub garbage: Mutex<Vec<Arc<Vec<ChunkRef>>>>,
     pub metrics: Metrics,
     pub closing: AtomicBool,
+    /// A drain's move is done: the clean shutdown removes the drained devices (`grow.rs`).
+    pub drained: AtomicBool,
     /// Holds the data folder's lock for the store's lifetime.
     pub lock_file: Option<File>,
     /// The array's identity and device states (none for memory devices).

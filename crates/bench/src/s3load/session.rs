@@ -39,6 +39,13 @@ impl Session {
         &self.plan
     }
 
+    /// Talks to `endpoint` from now on: the same store served again (after a restart), its
+    /// objects already there.
+    pub async fn reconnect(&mut self, endpoint: &Endpoint) -> Result<()> {
+        self.s3 = Target::s3(endpoint).await?;
+        Ok(())
+    }
+
     /// One measured run of `workload` through the endpoint.
     pub async fn run(&mut self, args: &LoadArgs, workload: Workload) -> Result<RunResult> {
         let (r, _) = run_one(args, &self.plan, &self.s3, workload, self.runs, &self.data).await?;

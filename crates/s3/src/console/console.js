@@ -190,10 +190,13 @@ function drawRepair(status) {
   const p = document.getElementById("repair");
   const bar = document.getElementById("repair-progress");
   if (!r) {
-    p.textContent = "no rebuild or scrub since the server started";
+    p.textContent = "no rebuild, scrub or move since the server started";
     bar.max = 1; bar.value = 0;
   } else {
-    const what = r.kind === "rebuild" ? `rebuild of device ${r.device}` : "scrub";
+    const what = r.kind === "rebuild" ? `rebuild of device ${r.device}`
+      : r.kind === "grow" ? "grow: objects moving to the added devices"
+      : r.kind === "drain" ? "drain: objects moving off the drained devices"
+      : "scrub";
     const state = r.running ? "running" : (r.error ? `stopped: ${r.error}` : "finished");
     const eta = r.running && r.eta_s !== null ? `, ETA ${Math.round(r.eta_s)} s` : "";
     p.textContent = `${what}: ${state}, ${r.items_done} of ${r.items_total} objects and sets, ` +

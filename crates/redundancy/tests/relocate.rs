@@ -1,0 +1,421 @@
+//! Growing and draining the layout, seeded (SEED= replays one seed): objects written under six
+//! devices move to a grown twelve-device layout while a client puts, deletes and reads, and
+//! back again by a drain; at every step every key reads as the model says, only keys whose
+//! group changed move, and after each move the source holds nothing of them. A power loss in
+//! the middle of a move loses no synced write and brings back no synced delete.
+
+use railstore_device::{
+    Device, FaultConfig, FaultyDevice, Limits, MemConfig, MemDevice, ReadRange, StoreMode,
+};
+use railstore_redundancy::format::segment_key;
+use railstore_redundancy::{
+    Manager, ManagerConfig, Mechanism, Move, Policy, RedundancyError, RepairOptions, RepairProgress,
+};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn seeds() -> Vec<u64> {
+    match std::env::var("SEED") {
+        Ok(s) => vec![s.parse().expect("SEED is a number")],
+        Err(_) => vec![1, 2],
+    }
+}
+
+fn mem_devices(n: usize) -> Vec<Arc<MemDevice>> {
+    (0..n)
+        .map(|_| {
+            Arc::new(
+                MemDevice::new(MemConfig {
+                    capacity_bytes: 1 << 30,
+                    // Objects above ~8 KiB take several segments.
+                    limits: Limits {
+                        value_bytes_max: 8 << 10,
+                        ..Limits::default()
+                    },
+                    queue_depth_max: 64,
+                })
+                .unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn as_devices<D: Device + 'static>(devs: &[Arc<D>]) -> Vec<Arc<dyn Device>> {
+    devs.iter().map(|d| d.clone() as Arc<dyn Device>).collect()
+}
+
+fn policies() -> Vec<(&'static str, Policy)> {
+    let m = |s| Mechanism::parse(s).unwrap();
+    vec![
+        ("hash", Policy::Standalone(m("hash"))),
+        ("rep3", Policy::Standalone(m("rep3"))),
+        ("pack4+2", Policy::Standalone(m("pack4+2"))),
+        (
+            "hybrid",
+            Policy::Hybrid {
+                rules: vec![(256, m("rep3")), (6000, m("pack4+2"))],
+                rest: m("split4+2"),
+            },
+        ),
+    ]
+}
+
+fn config(policy: &Policy, grows: &[usize], moving: Option<Move>) -> ManagerConfig {
+    ManagerConfig {
+        policy: policy.clone(),
+        pack_wait: Duration::from_millis(1),
+        grows: grows.to_vec(),
+        moving,
+        ..ManagerConfig::default()
+    }
+}
+
+fn value(rng: &mut ChaCha8Rng) -> Vec<u8> {
+    let len = match rng.gen_range(0..10) {
+        0..=5 => rng.gen_range(1..300),
+        6..=8 => rng.gen_range(300..7000),
+        _ => rng.gen_range(7000..30_000),
+    };
+    (0..len).map(|_| rng.gen()).collect()
+}
+
+/// One client step against `m` and the model: a put, a delete or a checked read.
+async fn client_step(
+    m: &Manager,
+    rng: &mut ChaCha8Rng,
+    model: &mut BTreeMap<Vec<u8>, Vec<u8>>,
+    ctx: &str,
+) {
+    let key = format!("k{:03}", rng.gen_range(0..160)).into_bytes();
+    match rng.gen_range(0..10) {
+        0..=3 => {
+            let v = value(rng);
+            m.put(&key, &v, StoreMode::Upsert, None).await.unwrap();
+            model.insert(key, v);
+        }
+        4 => {
+            let existed = m.delete(&key).await.unwrap();
+            assert_eq!(
+                existed,
+                model.remove(&key).is_some(),
+                "{ctx}: delete {key:?}"
+            );
+        }
+        5 | 6 => {
+            // Conditional puts see a key that has not moved yet.
+            let v = value(rng);
+            let mode = if rng.gen_bool(0.5) {
+                StoreMode::InsertOnly
+            } else {
+                StoreMode::UpdateOnly
+            };
+            let r = m.put(&key, &v, mode, None).await;
+            match (mode, model.contains_key(&key), r) {
+                (StoreMode::InsertOnly, true, Err(RedundancyError::Exists { .. }))
+                | (StoreMode::UpdateOnly, false, Err(RedundancyError::NotFound { .. })) => {}
+                (_, _, Ok(())) if (mode == StoreMode::InsertOnly) != model.contains_key(&key) => {
+                    model.insert(key, v);
+                }
+                (mode, held, r) => panic!("{ctx}: {mode:?} put of {key:?} (held: {held}): {r:?}"),
+            }
+        }
+        _ => check(m, &key, model.get(&key), ctx).await,
+    }
+}
+
+async fn check(m: &Manager, key: &[u8], want: Option<&Vec<u8>>, ctx: &str) {
+    match (m.get(key, ReadRange::ALL).await, want) {
+        (Ok((v, _)), Some(w)) => assert!(&v == w, "{ctx}: {key:?} read other bytes"),
+        (Err(RedundancyError::NotFound { .. }), None) => {}
+        (got, want) => panic!(
+            "{ctx}: {key:?}: {:?}, the model has {:?} B",
+            got.map(|(v, _)| v.len()),
+            want.map(Vec::len)
+        ),
+    }
+    let meta = m.meta(key).await.unwrap();
+    assert_eq!(
+        meta.map(|m| m.len),
+        want.map(|w| w.len() as u64),
+        "{ctx}: meta of {key:?}"
+    );
+}
+
+async fn check_all(m: &Manager, model: &BTreeMap<Vec<u8>, Vec<u8>>, ctx: &str) {
+    for i in 0..160 {
+        let key = format!("k{i:03}").into_bytes();
+        check(m, &key, model.get(&key), ctx).await;
+    }
+    let listed = m.keys(b"").await.unwrap();
+    for k in model.keys() {
+        assert!(listed.contains(k), "{ctx}: {k:?} not listed");
+    }
+}
+
+/// Whether any of `devices` holds a first segment of `key`.
+async fn held_on(
+    devs: &[Arc<MemDevice>],
+    devices: impl Iterator<Item = usize>,
+    key: &[u8],
+) -> bool {
+    let skey = segment_key(key, 0, 0);
+    for d in devices {
+        if devs[d].exist(&[&skey]).await.unwrap()[0] {
+            return true;
+        }
+    }
+    false
+}
+
+/// Runs a move on `m` while a client works, then checks and ends it.
+async fn move_under_load(
+    m: &Manager,
+    rng: &mut ChaCha8Rng,
+    model: &mut BTreeMap<Vec<u8>, Vec<u8>>,
+    ctx: &str,
+) {
+    let progress = Arc::new(RepairProgress::default());
+    let mover = {
+        let (m, progress) = (m.clone(), progress.clone());
+        tokio::spawn(async move {
+            // Slow enough that the client's steps meet it half done.
+            let options = RepairOptions {
+                concurrency: 4,
+                write_bytes_per_s_max: Some(400_000),
+            };
+            m.relocate_all(options, &progress).await
+        })
+    };
+    while !mover.is_finished() {
+        client_step(m, rng, model, &format!("{ctx}, during the move")).await;
+    }
+    let report = mover.await.unwrap().unwrap();
+    assert!(report.failed.is_empty(), "{ctx}: {report:?}");
+    m.finish_move();
+    check_all(m, model, &format!("{ctx}, after the move")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn growing_and_draining_under_load_keeps_every_object() {
+    for (name, policy) in policies() {
+        for seed in seeds() {
+            let ctx = format!("{name} seed {seed} (SEED={seed} to replay)");
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let mems = mem_devices(12);
+            let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+
+            let m = Manager::open(as_devices(&mems[..6]), config(&policy, &[], None))
+                .await
+                .unwrap();
+            for _ in 0..300 {
+                client_step(&m, &mut rng, &mut model, &ctx).await;
+            }
+            m.sync().await.unwrap();
+            drop(m);
+
+            // Grow 6 -> 12. The reads before the move fill the metadata cache; the move runs
+            // on a manager that starts without it.
+            let grow = config(&policy, &[6], Some(Move::Grow));
+            let m = Manager::open(as_devices(&mems), grow.clone())
+                .await
+                .unwrap();
+            check_all(&m, &model, &format!("{ctx}, grown, before the move")).await;
+            drop(m);
+            let m = Manager::open(as_devices(&mems), grow).await.unwrap();
+            let (_, source) = m.moving().expect("moving");
+            let source = source.clone();
+            let changed: Vec<Vec<u8>> = model
+                .keys()
+                .filter(|k| source.place(k).group() != m.layout().place(k).group())
+                .cloned()
+                .collect();
+            let share = changed.len() as f64 / model.len() as f64;
+            assert!(share <= 0.7, "{ctx}: {share} of the keys change group");
+            move_under_load(&m, &mut rng, &mut model, &format!("{ctx}, grow")).await;
+            for k in model.keys() {
+                let old = source.place(k);
+                if old.group() != m.layout().place(k).group() {
+                    assert!(
+                        !held_on(&mems, old.devices(), k).await,
+                        "{ctx}: {k:?} still at its old place after the grow"
+                    );
+                } else {
+                    assert!(held_on(&mems, old.devices(), k).await, "{ctx}: {k:?} moved");
+                }
+            }
+            m.sync().await.unwrap();
+            drop(m);
+
+            // The grown layout alone, no move: everything is where it reads from.
+            let m = Manager::open(as_devices(&mems), config(&policy, &[6], None))
+                .await
+                .unwrap();
+            check_all(&m, &model, &format!("{ctx}, grown, reopened")).await;
+            for _ in 0..100 {
+                client_step(&m, &mut rng, &mut model, &ctx).await;
+            }
+            m.sync().await.unwrap();
+            drop(m);
+
+            // Drain the six added devices.
+            let drain = config(&policy, &[6], Some(Move::Drain));
+            let m = Manager::open(as_devices(&mems), drain.clone())
+                .await
+                .unwrap();
+            check_all(&m, &model, &format!("{ctx}, draining, before the move")).await;
+            drop(m);
+            let m = Manager::open(as_devices(&mems), drain).await.unwrap();
+            move_under_load(&m, &mut rng, &mut model, &format!("{ctx}, drain")).await;
+            m.sync().await.unwrap();
+            drop(m);
+            for k in model.keys() {
+                assert!(
+                    !held_on(&mems, 6..12, k).await,
+                    "{ctx}: {k:?} still on a drained device"
+                );
+            }
+
+            // The first six devices alone hold everything again.
+            let m = Manager::open(as_devices(&mems[..6]), config(&policy, &[], None))
+                .await
+                .unwrap();
+            check_all(&m, &model, &format!("{ctx}, drained, reopened")).await;
+        }
+    }
+}
+
+type State = Option<Vec<u8>>;
+
+/// Power fails at a random point of a grow's move while a client writes; after the restart
+/// the move runs again to the end, and every key reads as it was at the last completed sync or
+/// as something written after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_power_loss_during_a_move_loses_no_synced_write() {
+    for (name, policy) in policies() {
+        for seed in seeds() {
+            let ctx = format!("{name} seed {seed} (SEED={seed} to replay)");
+            let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xC4A5);
+            let mems = mem_devices(12);
+            let mut synced: BTreeMap<Vec<u8>, State> = BTreeMap::new();
+            let m = Manager::open(as_devices(&mems[..6]), config(&policy, &[], None))
+                .await
+                .unwrap();
+            for _ in 0..200 {
+                let key = format!("k{:03}", rng.gen_range(0..120)).into_bytes();
+                let v = value(&mut rng);
+                m.put(&key, &v, StoreMode::Upsert, None).await.unwrap();
+                synced.insert(key, Some(v));
+            }
+            m.sync().await.unwrap();
+            drop(m);
+
+            let faulty: Vec<Arc<FaultyDevice>> = mems
+                .iter()
+                .enumerate()
+                .map(|(i, mem)| {
+                    Arc::new(FaultyDevice::new(
+                        mem.clone(),
+                        FaultConfig {
+                            seed: seed * 31 + i as u64,
+                            volatile_writes: true,
+                            crash_after_inner_writes: Some(rng.gen_range(10..200)),
+                            ..FaultConfig::default()
+                        },
+                    ))
+                })
+                .collect();
+            let crashed = || faulty.iter().any(|f| f.is_failed());
+            let cfg = config(&policy, &[6], Some(Move::Grow));
+            let m = Manager::open(as_devices(&faulty), cfg.clone())
+                .await
+                .unwrap();
+            let progress = Arc::new(RepairProgress::default());
+            let mover = {
+                let (m, progress) = (m.clone(), progress.clone());
+                tokio::spawn(async move {
+                    // Slow enough that the client's writes meet it half done.
+                    let options = RepairOptions {
+                        concurrency: 4,
+                        write_bytes_per_s_max: Some(400_000),
+                    };
+                    m.relocate_all(options, &progress).await
+                })
+            };
+            let mut since: BTreeMap<Vec<u8>, Vec<State>> = BTreeMap::new();
+            'run: for _round in 0..40 {
+                for _ in 0..rng.gen_range(3..20) {
+                    let key = format!("k{:03}", rng.gen_range(0..120)).into_bytes();
+                    let state = rng.gen_bool(0.7).then(|| value(&mut rng));
+                    since.entry(key.clone()).or_default().push(state.clone());
+                    let r = match &state {
+                        Some(v) => m.put(&key, v, StoreMode::Upsert, None).await,
+                        None => m.delete(&key).await.map(|_| ()),
+                    };
+                    if r.is_err() || crashed() {
+                        break 'run;
+                    }
+                }
+                if m.sync().await.is_err() || crashed() {
+                    break 'run;
+                }
+                for (k, states) in std::mem::take(&mut since) {
+                    synced.insert(k, states.last().unwrap().clone());
+                }
+            }
+            // Power fails everywhere at once.
+            for f in &faulty {
+                f.crash().await;
+            }
+            progress
+                .cancel
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            let _ = mover.await.unwrap();
+            drop(m);
+            for f in &faulty {
+                f.restart().await;
+            }
+            let m = Manager::open(as_devices(&mems), cfg).await.unwrap();
+            // The rest of the move, over what the crash left; then the recovery's scrub.
+            let report = m
+                .relocate_all(RepairOptions::default(), &RepairProgress::default())
+                .await
+                .unwrap();
+            assert!(report.failed.is_empty(), "{ctx}: {report:?}");
+            m.scrub(
+                RepairOptions::default(),
+                Arc::new(RepairProgress::default()),
+            )
+            .await
+            .unwrap();
+            let source = m.moving().expect("moving").1.clone();
+            m.finish_move();
+            let keys: Vec<Vec<u8>> = synced.keys().chain(since.keys()).cloned().collect();
+            for k in keys {
+                let mut allowed: Vec<State> = vec![synced.get(&k).cloned().flatten()];
+                allowed.extend(since.get(&k).into_iter().flatten().cloned());
+                let got = match m.get(&k, ReadRange::ALL).await {
+                    Ok((v, _)) => Some(v),
+                    Err(RedundancyError::NotFound { .. }) => None,
+                    Err(e) => panic!("{ctx}: {k:?}: {e}"),
+                };
+                assert!(
+                    allowed.contains(&got),
+                    "{ctx}: {:?} reads as {} B, not its synced value or a later one",
+                    String::from_utf8_lossy(&k),
+                    got.map(|v| v.len() as i64).unwrap_or(-1)
+                );
+                if got.is_some() {
+                    let old = source.place(&k);
+                    let moved = old.group() != m.layout().place(&k).group();
+                    assert!(
+                        !moved || !held_on(&mems, old.devices(), &k).await,
+                        "{ctx}: {k:?} still at its old place after the move"
+                    );
+                }
+            }
+        }
+    }
+}

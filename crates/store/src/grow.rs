@@ -1,0 +1,442 @@
+//! Growing and draining the array (docs/admin.md, "Growing and draining").
+//!
+//! A grow adds devices, a multiple of the group width, as a new layout epoch with groups of
+//! their own (placement's `Layout::grown`); a drain takes the last epoch's devices out again.
+//! Both are recorded offline (`railstore grow`, `railstore drain`, with the server stopped:
+//! rails and the manager take their device count at start), and the objects whose group
+//! changed move while `serve` serves, as the store's one background run, throttled like a
+//! rebuild and shown in `/status` (`repair.kind`: `grow` or `drain`). The manager finds every
+//! object under the old or the new epoch until the move is done (redundancy's `relocate.rs`).
+//!
+//! What the data folder records, and in what order (a crash anywhere leaves the array as it
+//! was before the command, or with the command done):
+//! - grow: the added devices are made and stamped with the array's identity, `array.json`
+//!   names them, the `moving` file says `grow E`, then the layout file gains its `grow` line
+//!   (the commit). An open drops devices `array.json` names beyond the layout, and ignores a
+//!   `moving` file whose epoch count is not the layout's.
+//! - drain: the `moving` file says `drain E`; nothing else changes until the move is done.
+//! - the end of a grow's move removes the `moving` file. The end of a drain's move is kept in
+//!   memory, and the next clean shutdown (after its last flush and sync, so no journal record
+//!   on the drained devices is still needed) writes the layout without the last epoch and
+//!   forgets the drained devices, then removes the `moving` file. After a crash instead, the
+//!   next start runs the drain's move again (finding nothing left) and so on.
+
+use crate::background::RunKind;
+use crate::config::{DeviceKind, StoreConfig};
+use crate::devices::{device_path, open_device};
+use crate::error::{Result, StoreError};
+use crate::identity::{write_durably, ArrayIdentity};
+use crate::open::{lock_data_dir, remove_durably, LAYOUT_FILE};
+use crate::store::{Inner, Store, CLEAN_MARKER};
+use railstore_device::Device;
+use railstore_placement::Layout;
+use railstore_redundancy::{Move, RedundancyError, RepairOptions, RepairProgress, RepairReport};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// The data folder's record of a move in progress: `grow E` or `drain E`, E the number of
+/// epochs of the layout it belongs to.
+const MOVING_FILE: &str = "moving";
+
+/// What [`Store::grow_offline`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrowReport {
+    /// Devices before and after.
+    pub devices_before: usize,
+    pub devices_after: usize,
+    /// Where the added devices live.
+    pub paths: Vec<PathBuf>,
+}
+
+/// The move recorded in `data_dir` for a layout of `epochs` epochs, if any.
+fn recorded_move(data_dir: &Path, epochs: usize) -> Result<Option<Move>> {
+    let path = data_dir.join(MOVING_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(StoreError::io(format!("reading {}", path.display()), e)),
+    };
+    let mut words = text.split_whitespace();
+    let direction = match words.next() {
+        Some("grow") => Move::Grow,
+        Some("drain") => Move::Drain,
+        _ => {
+            return Err(StoreError::Corrupt(format!(
+                "{}: expected `grow E` or `drain E`, found {text:?}",
+                path.display()
+            )))
+        }
+    };
+    let of: Option<usize> = words.next().and_then(|w| w.parse().ok());
+    // A record for another layout is what a crash left between two of a command's writes.
+    Ok((of == Some(epochs) && epochs > 1).then_some(direction))
+}
+
+fn record_move(data_dir: &Path, direction: Move, epochs: usize) -> Result<()> {
+    let word = match direction {
+        Move::Grow => "grow",
+        Move::Drain => "drain",
+    };
+    write_durably(
+        &data_dir.join(MOVING_FILE),
+        format!("{word} {epochs}\n").as_bytes(),
+    )
+}
+
+/// The layout the data folder's layout file holds, if it holds one.
+fn saved_layout(data_dir: &Path) -> Result<Option<Layout>> {
+    let path = data_dir.join(LAYOUT_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Layout::decode(&text)
+            .map(Some)
+            .map_err(|e| StoreError::Corrupt(format!("{}: {e}", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(StoreError::io(format!("reading {}", path.display()), e)),
+    }
+}
+
+/// Applies a grown layout in the data folder to `config`: the devices its epochs added join
+/// the configured ones (at the paths `array.json` records for them), the manager derives the
+/// same epochs, and a recorded move runs. The configuration names the devices of one of the
+/// layout's epochs (normally the first: `railstore grow` does not edit it).
+pub(crate) fn adopt_epochs(config: &mut StoreConfig) -> Result<()> {
+    let Ok(Some(saved)) = saved_layout(&config.data_dir) else {
+        // None yet, or one the open's own check reports.
+        return Ok(());
+    };
+    if saved.epochs() == 1 {
+        return Ok(());
+    }
+    let mut counts = Vec::new();
+    let mut epoch = Some(saved.clone());
+    while let Some(l) = epoch {
+        counts.push(l.devices());
+        epoch = l.previous();
+    }
+    let configured = config.device_count();
+    if !counts.contains(&configured) {
+        return Err(StoreError::Config(format!(
+            "the data folder {} holds an array grown to {} devices (epochs of {counts:?} \
+             devices); the configuration names {configured}",
+            config.data_dir.display(),
+            saved.devices()
+        )));
+    }
+    let n = saved.devices();
+    if config.devices.paths.is_empty() {
+        config.devices.count = n;
+    } else {
+        for i in config.devices.paths.len()..n {
+            let p = device_path(config, i);
+            config.devices.paths.push(p);
+        }
+    }
+    config.manager.grows = saved.grows().to_vec();
+    config.manager.moving = recorded_move(&config.data_dir, saved.epochs())?;
+    Ok(())
+}
+
+/// An absent path, or an empty folder or file.
+fn check_unused(p: &Path) -> Result<()> {
+    let bad = |why: &str| {
+        Err(StoreError::InvalidArgument(format!(
+            "{}: {why}",
+            p.display()
+        )))
+    };
+    match std::fs::metadata(p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => bad(&format!("cannot be looked at ({e})")),
+        Ok(m) if m.is_dir() => match std::fs::read_dir(p).map(|mut e| e.next().is_none()) {
+            Ok(true) => Ok(()),
+            Ok(false) => bad("the folder is not empty"),
+            Err(e) => bad(&format!("cannot be listed ({e})")),
+        },
+        Ok(m) if m.is_file() && m.len() == 0 => Ok(()),
+        Ok(_) => bad("something is there already; give an absent path or an empty one"),
+    }
+}
+
+/// What an offline grow or drain asks of the data folder: an array made and shut down
+/// cleanly, and no move running. Returns its layout.
+fn stopped_array(config: &StoreConfig) -> Result<Layout> {
+    let dir = &config.data_dir;
+    let Some(saved) = saved_layout(dir)? else {
+        return Err(StoreError::Config(format!(
+            "{} holds no array yet: start it once (railstore serve) first",
+            dir.display()
+        )));
+    };
+    if !dir.join(CLEAN_MARKER).exists() {
+        return Err(StoreError::Conflict(format!(
+            "the array in {} was not shut down cleanly: start it (railstore serve) and stop \
+             it once, so its recovery runs first",
+            dir.display()
+        )));
+    }
+    if let Some(m) = recorded_move(dir, saved.epochs())? {
+        return Err(StoreError::Conflict(format!(
+            "a {} is still moving objects: start the server and let it finish \
+             (railstore repair status)",
+            match m {
+                Move::Grow => "grow",
+                Move::Drain => "drain",
+            }
+        )));
+    }
+    Ok(saved)
+}
+
+impl Store {
+    /// Adds `added` devices to the stopped array of `config` as a new layout epoch: at
+    /// `paths` (absent or empty, one per device) or in the data folder's `devices/`. The
+    /// objects whose group changed move when the server next runs.
+    pub async fn grow_offline(
+        config: StoreConfig,
+        added: usize,
+        paths: Vec<PathBuf>,
+    ) -> Result<GrowReport> {
+        config.validate()?;
+        if config.devices.kind == DeviceKind::Mem {
+            return Err(StoreError::InvalidArgument(
+                "memory devices hold nothing across restarts: there is no array to grow".into(),
+            ));
+        }
+        if !paths.is_empty() && paths.len() != added {
+            return Err(StoreError::InvalidArgument(format!(
+                "{} paths for {added} devices: give one per device, or none",
+                paths.len()
+            )));
+        }
+        let _lock = lock_data_dir(&config)?;
+        let saved = stopped_array(&config)?;
+        let grown = saved
+            .grown(added)
+            .map_err(|e| StoreError::InvalidArgument(e.to_string()))?;
+        let before = saved.devices();
+        let mut config = config;
+        if config.devices.paths.is_empty() {
+            config.devices.count = before;
+        }
+        let recorded = crate::identity::recorded_paths(&config.data_dir)?;
+        let mut targets = Vec::with_capacity(added);
+        for j in 0..added {
+            let i = before + j;
+            let p = match paths.get(j) {
+                Some(p) if !p.is_absolute() => {
+                    return Err(StoreError::InvalidArgument(format!(
+                        "{}: a device's path must be absolute",
+                        p.display()
+                    )))
+                }
+                Some(p) => p.clone(),
+                None => config.data_dir.join("devices").join(i.to_string()),
+            };
+            let taken = (0..before).any(|d| {
+                recorded
+                    .get(d)
+                    .cloned()
+                    .flatten()
+                    .unwrap_or_else(|| device_path(&config, d))
+                    == p
+            });
+            if taken || targets.contains(&p) {
+                return Err(StoreError::InvalidArgument(format!(
+                    "{}: another device of the array is there",
+                    p.display()
+                )));
+            }
+            check_unused(&p)?;
+            targets.push(p);
+        }
+        let mut opened = Vec::with_capacity(added);
+        for (j, p) in targets.iter().enumerate() {
+            let i = before + j;
+            let mut one = config.clone();
+            one.devices.paths = (0..=i)
+                .map(|d| {
+                    if d == i {
+                        p.clone()
+                    } else {
+                        device_path(&config, d)
+                    }
+                })
+                .collect();
+            opened.push(open_device(&one, i)?);
+        }
+        let devices: Vec<Arc<dyn Device>> = opened.iter().map(|o| o.device.clone()).collect();
+        let recorded_targets: Vec<Option<PathBuf>> = targets.iter().cloned().map(Some).collect();
+        ArrayIdentity::add_devices(&config.data_dir, &devices, &recorded_targets).await?;
+        for o in &opened {
+            if let Some(f) = &o.file {
+                f.close_blocking().map_err(|source| StoreError::Device {
+                    what: "closing an added device",
+                    source,
+                })?;
+            }
+        }
+        record_move(&config.data_dir, Move::Grow, grown.epochs())?;
+        // The commit: from here the array has the added devices.
+        write_durably(
+            &config.data_dir.join(LAYOUT_FILE),
+            grown.encode().as_bytes(),
+        )?;
+        tracing::info!(
+            before,
+            after = grown.devices(),
+            "array grown; its objects move when the server starts"
+        );
+        Ok(GrowReport {
+            devices_before: before,
+            devices_after: grown.devices(),
+            paths: targets,
+        })
+    }
+
+    /// Starts taking the last epoch's devices out of the stopped array of `config`: the
+    /// server moves their objects back to the earlier epochs' devices, and the clean shutdown
+    /// after that removes them from the array. Returns the devices to be removed.
+    pub fn drain_offline(config: &StoreConfig) -> Result<std::ops::Range<usize>> {
+        config.validate()?;
+        let _lock = lock_data_dir(config)?;
+        let saved = stopped_array(config)?;
+        let Some(previous) = saved.previous() else {
+            return Err(StoreError::InvalidArgument(
+                "the array was never grown: there is no epoch of devices to drain".into(),
+            ));
+        };
+        record_move(&config.data_dir, Move::Drain, saved.epochs())?;
+        Ok(previous.devices()..saved.devices())
+    }
+
+    /// Starts the recorded move in the background, once the index has loaded (`open.rs`): at
+    /// once when nothing else runs, so `/status` shows it as soon as the store is open.
+    pub(crate) fn start_move_schedule(&self) {
+        if self.inner.manager.moving().is_some() {
+            let started = self.start_move().is_ok();
+            tokio::spawn(move_schedule(Arc::downgrade(&self.inner), started));
+        }
+    }
+
+    /// Starts the move as the store's one background run; refused while another runs.
+    fn start_move(&self) -> Result<()> {
+        let Some((direction, _)) = self.inner.manager.moving() else {
+            return Ok(());
+        };
+        let progress = Arc::new(RepairProgress::default());
+        let options = self.inner.config.repair.options();
+        let worker = self.clone();
+        let p = progress.clone();
+        self.start_run(RunKind::Move(direction), progress, async move {
+            worker.run_move(direction, options, p).await
+        })
+        .map(|_| ())
+    }
+
+    async fn run_move(
+        &self,
+        direction: Move,
+        options: RepairOptions,
+        progress: Arc<RepairProgress>,
+    ) -> Result<RepairReport> {
+        let inner = &self.inner;
+        let report = inner
+            .manager
+            .relocate_all(options, &progress)
+            .await
+            .map_err(|e| match e {
+                RedundancyError::Cancelled => StoreError::Conflict(
+                    "stopped by the shutdown; the next start resumes it".into(),
+                ),
+                e => e.into(),
+            })?;
+        if !report.failed.is_empty() {
+            return Err(StoreError::Conflict(format!(
+                "{} objects could not be moved (their old place cannot be read; see the log); \
+                 the move is tried again later",
+                report.failed.len()
+            )));
+        }
+        // What moved is durable at its new place (each move syncs); the record goes next.
+        match direction {
+            Move::Grow => {
+                remove_durably(&inner.config.data_dir.join(MOVING_FILE))?;
+                inner.manager.finish_move();
+            }
+            Move::Drain => {
+                inner.manager.finish_move();
+                inner.drained.store(true, Ordering::SeqCst);
+            }
+        }
+        tracing::info!(
+            ?direction,
+            objects = report.objects_moved,
+            secs = report.elapsed.as_secs_f64(),
+            "the move between layout epochs is done"
+        );
+        Ok(RepairReport {
+            objects: report.keys,
+            objects_repaired: report.objects_moved,
+            bytes_written: progress.bytes_written.load(Ordering::Relaxed),
+            elapsed: report.elapsed,
+            ..RepairReport::default()
+        })
+    }
+
+    /// At a clean shutdown after a drain's move, with every buffer flushed and every device
+    /// synced and closed: the layout without the drained epoch, the array without its devices.
+    pub(crate) fn commit_drain(&self) -> Result<()> {
+        let inner = &self.inner;
+        if !inner.drained.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let kept = inner.manager.layout();
+        write_durably(
+            &inner.config.data_dir.join(LAYOUT_FILE),
+            kept.encode().as_bytes(),
+        )?;
+        if let Some(id) = &inner.identity {
+            id.keep_devices(kept.devices())?;
+        }
+        remove_durably(&inner.config.data_dir.join(MOVING_FILE))?;
+        tracing::info!(
+            devices = kept.devices(),
+            "the drained devices left the array; their folders can go"
+        );
+        Ok(())
+    }
+}
+
+/// Runs the recorded move until it is done: (re)started as soon as no rebuild or scrub runs,
+/// and a minute after a run that did not finish. `running`: a run was started already. Holds
+/// the store only while it looks, so a shutdown's drop releases the data folder at once.
+async fn move_schedule(store: Weak<Inner>, mut running: bool) {
+    let look = || {
+        let inner = store.upgrade()?;
+        let s = Store { inner };
+        (!s.inner.closing.load(Ordering::SeqCst) && s.inner.manager.moving().is_some()).then_some(s)
+    };
+    loop {
+        while running {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let Some(s) = look() else { return };
+            running = s.repair_status().is_some_and(|r| r.running);
+        }
+        // Not done (the run stopped), or not started (a rebuild or scrub runs).
+        let Some(s) = look() else { return };
+        let wait = if s
+            .repair_status()
+            .is_some_and(|r| r.kind == "grow" || r.kind == "drain")
+        {
+            Duration::from_secs(60)
+        } else {
+            Duration::from_secs(5)
+        };
+        drop(s);
+        tokio::time::sleep(wait).await;
+        let Some(s) = look() else { return };
+        running = s.start_move().is_ok();
+    }
+}

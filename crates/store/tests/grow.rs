@@ -1,0 +1,239 @@
+//! Growing the array from six to twelve devices and draining it back, on file devices: the
+//! objects whose group changed move while a client writes, reads and deletes, every object
+//! reads as the model says before, during and after, a restart in the middle of a move
+//! resumes it, and after the drain's clean shutdown the array is six devices again.
+
+use railstore_store::{
+    body_from, collect_body, DeviceKind, ListQuery, PutOptions, Store, StoreConfig, StoreError,
+};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+type Model = Arc<Mutex<BTreeMap<String, Vec<u8>>>>;
+
+/// The embedded default (RS(3,3), separation on, hybrid policy) on small file devices, the
+/// move throttled so that clients meet it half done.
+fn config(dir: &Path) -> StoreConfig {
+    let mut c = StoreConfig {
+        data_dir: dir.to_path_buf(),
+        ..StoreConfig::default()
+    };
+    c.devices.kind = DeviceKind::File;
+    c.devices.capacity_bytes = 1 << 30;
+    c.devices.direct_io = false;
+    if let Some(s) = &mut c.separation {
+        s.frame = Duration::from_millis(200);
+    }
+    c.repair.concurrency = 2;
+    c.repair.write_bytes_per_s_max = Some(2 << 20);
+    c
+}
+
+/// Sizes over every mechanism of the hybrid policy: rep3, pack3+3, split3+3.
+fn value(i: usize, version: u8) -> Vec<u8> {
+    let len = [700, 9_000, 40_000, 150_000][i % 4];
+    let mut v = vec![version; len];
+    v[..8].copy_from_slice(&(i as u64).to_le_bytes());
+    v
+}
+
+async fn read(store: &Store, key: &str) -> Result<Vec<u8>, StoreError> {
+    let g = store.get_object("bkt", key, None).await?;
+    collect_body(g.body).await
+}
+
+async fn put(store: &Store, key: &str, v: Vec<u8>) {
+    store
+        .put_object("bkt", key, body_from(v), PutOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("put {key}: {e}"));
+}
+
+async fn check_all(store: &Store, model: &Model, when: &str) {
+    let model = model.lock().unwrap().clone();
+    for (k, v) in &model {
+        let got = read(store, k)
+            .await
+            .unwrap_or_else(|e| panic!("{when}: {k}: {e}"));
+        assert!(got == *v, "{when}: {k}: wrong bytes ({} read)", got.len());
+    }
+    let listed = store
+        .list_objects(
+            "bkt",
+            &ListQuery {
+                max_keys: 1000,
+                ..ListQuery::default()
+            },
+        )
+        .unwrap();
+    let names: Vec<&str> = listed.objects.iter().map(|o| o.key.as_str()).collect();
+    let want: Vec<&str> = model.keys().map(String::as_str).collect();
+    assert_eq!(names, want, "{when}: listing");
+}
+
+/// Shuts `store` down and lets its data folder go.
+async fn close(store: Store) {
+    store.shutdown().await.unwrap();
+    drop(store);
+}
+
+/// Overwrites, new objects, deletes and checked reads until `stop`.
+fn client(store: Store, model: Model, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<usize> {
+    tokio::spawn(async move {
+        let mut i = 0;
+        while !stop.load(Ordering::SeqCst) {
+            let n = 1000 + i;
+            match i % 4 {
+                0 => {
+                    let (k, v) = (format!("k{:03}", n % 120), value(n, 2));
+                    put(&store, &k, v.clone()).await;
+                    model.lock().unwrap().insert(k, v);
+                }
+                1 => {
+                    let (k, v) = (format!("c{n}"), value(n, 3));
+                    put(&store, &k, v.clone()).await;
+                    model.lock().unwrap().insert(k, v);
+                }
+                2 => {
+                    let k = format!("k{:03}", (n * 7) % 120);
+                    match store.delete_object("bkt", &k).await {
+                        Ok(_) => {
+                            model.lock().unwrap().remove(&k);
+                        }
+                        Err(e) => panic!("delete {k}: {e}"),
+                    }
+                }
+                _ => {
+                    let k = format!("k{:03}", (n * 13) % 120);
+                    let want = model.lock().unwrap().get(&k).cloned();
+                    match (read(&store, &k).await, want) {
+                        (Ok(got), Some(want)) => assert!(got == want, "{k} during the move"),
+                        (Err(StoreError::NoSuchKey { .. }), None) => {}
+                        (got, want) => panic!(
+                            "{k} during the move: {:?}, the model has {:?} B",
+                            got.map(|v| v.len()),
+                            want.map(|v| v.len())
+                        ),
+                    }
+                }
+            }
+            i += 1;
+        }
+        i
+    })
+}
+
+/// Runs the store's move with a client working until it is done; returns its status.
+async fn move_with_client(
+    store: &Store,
+    model: &Model,
+    kind: &str,
+) -> railstore_store::RepairStatus {
+    let stop = Arc::new(AtomicBool::new(false));
+    let c = client(store.clone(), model.clone(), stop.clone());
+    let mut status = None;
+    for _ in 0..1200 {
+        match store.repair_status() {
+            Some(r) if !r.running => {
+                status = Some(r);
+                break;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    let steps = c.await.unwrap();
+    let status = status.expect("the move ended");
+    assert_eq!(status.kind, kind, "{status:?}");
+    assert_eq!(status.error, None, "{status:?}");
+    assert!(steps > 0, "the client worked during the move");
+    assert!(store.manager().moving().is_none());
+    status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_array_grows_and_drains_while_a_client_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let model: Model = Arc::default();
+    let store = Store::open(cfg.clone()).await.unwrap();
+    store.create_bucket("bkt").await.unwrap();
+    for i in 0..120 {
+        let (k, v) = (format!("k{i:03}"), value(i, 1));
+        put(&store, &k, v.clone()).await;
+        model.lock().unwrap().insert(k, v);
+    }
+    close(store).await;
+
+    // Refused while the server runs (the data folder is locked), and refused uneven.
+    let running = Store::open(cfg.clone()).await.unwrap();
+    let e = Store::grow_offline(cfg.clone(), 6, vec![])
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("in use"), "{e}");
+    close(running).await;
+    let e = Store::grow_offline(cfg.clone(), 4, vec![])
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("multiple of 6"), "{e}");
+    let e = Store::drain_offline(&cfg).unwrap_err();
+    assert!(e.to_string().contains("never grown"), "{e}");
+
+    let grown = Store::grow_offline(cfg.clone(), 6, vec![]).await.unwrap();
+    assert_eq!((grown.devices_before, grown.devices_after), (6, 12));
+
+    // The move starts with the server; a shutdown in the middle leaves it to the next start.
+    let store = Store::open(cfg.clone()).await.unwrap();
+    assert_eq!(store.manager().devices().len(), 12);
+    check_all(&store, &model, "grown, the move starting").await;
+    for _ in 0..200 {
+        if store.repair_status().is_some_and(|r| r.items_done >= 5) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let cut = store.repair_status().expect("the move started");
+    assert!(cut.running && cut.items_done >= 5, "{cut:?}");
+    close(store).await;
+    assert!(dir.path().join("moving").exists());
+
+    let store = Store::open(cfg.clone()).await.unwrap();
+    let status = move_with_client(&store, &model, "grow").await;
+    // Half the groups are new: about half the keys move (the goal is at most 55 %).
+    let keys = store.manager().keys(b"").await.unwrap().len() as f64;
+    assert!(
+        (status.items_total as f64) < 0.62 * keys,
+        "{} of {keys} keys moved",
+        status.items_total
+    );
+    check_all(&store, &model, "grown, moved").await;
+    assert!(!dir.path().join("moving").exists());
+    close(store).await;
+
+    let store = Store::open(cfg.clone()).await.unwrap();
+    assert_eq!(store.manager().devices().len(), 12);
+    assert!(store.manager().moving().is_none());
+    check_all(&store, &model, "grown, reopened").await;
+    let status = store.status().await;
+    assert_eq!(status.devices.len(), 12);
+    close(store).await;
+
+    // Drain the six added devices.
+    assert_eq!(Store::drain_offline(&cfg).unwrap(), 6..12);
+    let store = Store::open(cfg.clone()).await.unwrap();
+    move_with_client(&store, &model, "drain").await;
+    check_all(&store, &model, "drained").await;
+    close(store).await;
+    assert!(!dir.path().join("moving").exists());
+
+    let store = Store::open(cfg.clone()).await.unwrap();
+    assert_eq!(store.manager().devices().len(), 6);
+    check_all(&store, &model, "drained, reopened").await;
+    close(store).await;
+    let state = std::fs::read_to_string(dir.path().join("array.json")).unwrap();
+    let state: serde_json::Value = serde_json::from_str(&state).unwrap();
+    assert_eq!(state["devices"].as_array().unwrap().len(), 6);
+}
