@@ -268,7 +268,7 @@ impl Store {
         }
         let devices: Vec<Arc<dyn Device>> = opened.iter().map(|o| o.device.clone()).collect();
         let recorded_targets: Vec<Option<PathBuf>> = targets.iter().cloned().map(Some).collect();
-        ArrayIdentity::add_devices(&config.data_dir, &devices, &recorded_targets).await?;
+        ArrayIdentity::add_devices(&config.data_dir, before, &devices, &recorded_targets).await?;
         for o in &opened {
             if let Some(f) = &o.file {
                 f.close_blocking().map_err(|source| StoreError::Device {

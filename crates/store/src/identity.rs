@@ -308,12 +308,14 @@ impl ArrayIdentity {
         self.save(&st)
     }
 
-    /// Adds `devices` (newly made, empty) as the next ones of the array described in
-    /// `data_dir`, at `paths` when given (else the configuration's): each is stamped with the
-    /// current epoch, then the state records them, durably. A grow (`relocate.rs`) does this
-    /// before its layout names them; until then the next open drops them again.
+    /// Adds `devices` (newly made, empty) to the array described in `data_dir` as its devices
+    /// `first`, `first + 1`, ..., at `paths` when given (else the configuration's): each is
+    /// stamped with the current epoch, then the state records them, durably. A grow
+    /// (`grow.rs`) does this before its layout names them; until then the next open drops them
+    /// again, and so does this (entries from `first` on are a grow a crash cut short).
     pub(crate) async fn add_devices(
         data_dir: &Path,
+        first: usize,
         devices: &[Arc<dyn Device>],
         paths: &[Option<PathBuf>],
     ) -> Result<()> {
@@ -322,6 +324,7 @@ impl ArrayIdentity {
             .map_err(|e| StoreError::io(format!("reading {}", path.display()), e))?;
         let mut st: ArrayState = serde_json::from_slice(&bytes)
             .map_err(|e| StoreError::Corrupt(format!("the array state {}: {e}", path.display())))?;
+        st.devices.truncate(first);
         for (dev, p) in devices.iter().zip(paths) {
             st.devices.push(DeviceEntry {
                 id: new_id(),

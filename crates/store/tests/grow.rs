@@ -237,3 +237,58 @@ async fn an_array_grows_and_drains_while_a_client_works() {
     let state: serde_json::Value = serde_json::from_str(&state).unwrap();
     assert_eq!(state["devices"].as_array().unwrap().len(), 6);
 }
+
+/// A grow cut by a crash before its layout named the added devices did not happen: the next
+/// open forgets them, and so does a grow made again (their folders cleared) without an open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grow_cut_before_its_layout_is_written_did_not_happen() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let model: Model = Arc::default();
+    let store = Store::open(cfg.clone()).await.unwrap();
+    store.create_bucket("bkt").await.unwrap();
+    for i in 0..20 {
+        let (k, v) = (format!("k{i:03}"), value(i, 1));
+        put(&store, &k, v.clone()).await;
+        model.lock().unwrap().insert(k, v);
+    }
+    close(store).await;
+    let layout = std::fs::read(dir.path().join("layout")).unwrap();
+    let devices_in_state = || {
+        let state = std::fs::read_to_string(dir.path().join("array.json")).unwrap();
+        let state: serde_json::Value = serde_json::from_str(&state).unwrap();
+        state["devices"].as_array().unwrap().len()
+    };
+    // As if the crash came just before the layout file: array.json names twelve devices.
+    let cut_grow = async || {
+        Store::grow_offline(cfg.clone(), 6, vec![]).await.unwrap();
+        std::fs::write(dir.path().join("layout"), &layout).unwrap();
+        for i in 6..12 {
+            std::fs::remove_dir_all(dir.path().join("devices").join(i.to_string())).unwrap();
+        }
+        assert_eq!(devices_in_state(), 12);
+    };
+
+    cut_grow().await;
+    let store = Store::open(cfg.clone()).await.unwrap();
+    assert_eq!(store.manager().devices().len(), 6);
+    assert!(store.manager().moving().is_none());
+    check_all(&store, &model, "a grow cut short").await;
+    close(store).await;
+    assert_eq!(devices_in_state(), 6);
+
+    cut_grow().await;
+    Store::grow_offline(cfg.clone(), 6, vec![]).await.unwrap();
+    assert_eq!(devices_in_state(), 12);
+    let store = Store::open(cfg.clone()).await.unwrap();
+    assert_eq!(store.manager().devices().len(), 12);
+    let status = store.status().await;
+    assert!(
+        status.devices.iter().all(|d| d.error.is_none()),
+        "every device current: {:?}",
+        status.devices
+    );
+    move_with_client(&store, &model, "grow").await;
+    check_all(&store, &model, "grown again").await;
+    close(store).await;
+}
