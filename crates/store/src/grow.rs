@@ -267,7 +267,13 @@ impl Store {
             opened.push(open_device(&one, i)?);
         }
         let devices: Vec<Arc<dyn Device>> = opened.iter().map(|o| o.device.clone()).collect();
-        let recorded_targets: Vec<Option<PathBuf>> = targets.iter().cloned().map(Some).collect();
+        // A path is recorded only where the open would not look by itself (`--path`): a
+        // device in the data folder's `devices/` moves with the folder.
+        let recorded_targets: Vec<Option<PathBuf>> = if paths.is_empty() {
+            vec![None; added]
+        } else {
+            targets.iter().cloned().map(Some).collect()
+        };
         ArrayIdentity::add_devices(&config.data_dir, before, &devices, &recorded_targets).await?;
         for o in &opened {
             if let Some(f) = &o.file {
