@@ -269,7 +269,7 @@ impl ArrayIdentity {
         let st = self.state.lock().unwrap();
         match st.devices.get(d) {
             Some(e) => (e.health, e.reason.clone()),
-            // Drained out of the array while it still runs (`relocate.rs`).
+            // Drained out of the array while it still runs (`grow.rs`).
             None => (DeviceHealth::Failed, Some("removed from the array".into())),
         }
     }
