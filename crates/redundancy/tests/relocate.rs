@@ -155,6 +155,20 @@ async fn check_all(m: &Manager, model: &BTreeMap<Vec<u8>, Vec<u8>>, ctx: &str) {
     }
 }
 
+/// A manager over `mems` with `cfg`, opened once to check every key before the move (which
+/// fills the metadata cache) and again without that cache for the move itself.
+async fn checked_then_reopened(
+    mems: &[Arc<MemDevice>],
+    cfg: ManagerConfig,
+    model: &BTreeMap<Vec<u8>, Vec<u8>>,
+    ctx: &str,
+) -> Manager {
+    let m = Manager::open(as_devices(mems), cfg.clone()).await.unwrap();
+    check_all(&m, model, &format!("{ctx}, before the move")).await;
+    drop(m);
+    Manager::open(as_devices(mems), cfg).await.unwrap()
+}
+
 /// Whether any of `devices` holds a first segment of `key`.
 async fn held_on(
     devs: &[Arc<MemDevice>],
@@ -219,12 +233,7 @@ async fn growing_and_draining_under_load_keeps_every_object() {
             // Grow 6 -> 12. The reads before the move fill the metadata cache; the move runs
             // on a manager that starts without it.
             let grow = config(&policy, &[6], Some(Move::Grow));
-            let m = Manager::open(as_devices(&mems), grow.clone())
-                .await
-                .unwrap();
-            check_all(&m, &model, &format!("{ctx}, grown, before the move")).await;
-            drop(m);
-            let m = Manager::open(as_devices(&mems), grow).await.unwrap();
+            let m = checked_then_reopened(&mems, grow, &model, &format!("{ctx}, grown")).await;
             let (_, source) = m.moving().expect("moving");
             let source = source.clone();
             let changed: Vec<Vec<u8>> = model
@@ -262,12 +271,7 @@ async fn growing_and_draining_under_load_keeps_every_object() {
 
             // Drain the six added devices.
             let drain = config(&policy, &[6], Some(Move::Drain));
-            let m = Manager::open(as_devices(&mems), drain.clone())
-                .await
-                .unwrap();
-            check_all(&m, &model, &format!("{ctx}, draining, before the move")).await;
-            drop(m);
-            let m = Manager::open(as_devices(&mems), drain).await.unwrap();
+            let m = checked_then_reopened(&mems, drain, &model, &format!("{ctx}, draining")).await;
             move_under_load(&m, &mut rng, &mut model, &format!("{ctx}, drain")).await;
             m.sync().await.unwrap();
             drop(m);
