@@ -370,11 +370,15 @@ impl Manager {
         let inner = &self.inner;
         inner.check_key(key)?;
         let place = inner.layout.place(key);
+        // Whether to look at the source is decided before the first look: a move that ends
+        // during it leaves the key at the target, and one that ended before the read began
+        // left nothing at the source.
+        let moved_from = inner.moved_from(key);
         let found = self.get_at(key, range, guess, &place).await;
         if !matches!(found, Err(RedundancyError::NotFound { .. })) {
             return found;
         }
-        let Some(old) = inner.moved_from(key) else {
+        let Some(old) = moved_from else {
             return found;
         };
         // Not moved yet, or moved since the first look: under the lock no move is half done.
@@ -604,11 +608,13 @@ impl Manager {
     pub async fn meta(&self, key: &[u8]) -> Result<Option<ObjectMeta>> {
         let inner = &self.inner;
         inner.check_key(key)?;
+        // Decided before the first look, as for a read (`get_guessing`).
+        let moved_from = inner.moved_from(key);
         let found = inner.meta(key).await?;
         if found.is_some() {
             return Ok(found);
         }
-        let Some(old) = inner.moved_from(key) else {
+        let Some(old) = moved_from else {
             return Ok(None);
         };
         let _guard = inner.lock(key).await;

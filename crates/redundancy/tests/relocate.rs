@@ -423,3 +423,142 @@ async fn a_power_loss_during_a_move_loses_no_synced_write() {
         }
     }
 }
+
+/// A device whose reads, while `held` is set, answer with what the device held when they came
+/// but only once the test lets them go, one permit each; counts the reads held so far.
+struct HeldReads {
+    inner: Arc<dyn Device>,
+    held: Arc<std::sync::atomic::AtomicBool>,
+    arrived: Arc<std::sync::atomic::AtomicUsize>,
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+#[async_trait::async_trait]
+impl Device for HeldReads {
+    async fn store(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        mode: StoreMode,
+    ) -> railstore_device::Result<()> {
+        self.inner.store(key, value, mode).await
+    }
+    async fn retrieve(
+        &self,
+        key: &[u8],
+        range: ReadRange,
+    ) -> railstore_device::Result<railstore_device::Retrieved> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let answer = self.inner.retrieve(key, range).await;
+        if self.held.load(SeqCst) {
+            self.arrived.fetch_add(1, SeqCst);
+            self.permits.acquire().await.unwrap().forget();
+        }
+        answer
+    }
+    async fn delete(&self, key: &[u8], must_exist: bool) -> railstore_device::Result<bool> {
+        self.inner.delete(key, must_exist).await
+    }
+    async fn exist(&self, keys: &[&[u8]]) -> railstore_device::Result<Vec<bool>> {
+        self.inner.exist(keys).await
+    }
+    async fn iterate(
+        &self,
+        req: &railstore_device::IterRequest,
+    ) -> railstore_device::Result<railstore_device::IterBatch> {
+        self.inner.iterate(req).await
+    }
+    async fn info(&self) -> railstore_device::Result<railstore_device::DeviceInfo> {
+        self.inner.info().await
+    }
+    async fn sync(&self) -> railstore_device::Result<()> {
+        self.inner.sync().await
+    }
+    fn limits(&self) -> Limits {
+        self.inner.limits()
+    }
+}
+
+/// A read that began during a move and looked at the key's new place before the key moved
+/// there still finds it when the move ends before that look answers: whether to look at the
+/// old place is decided when the read begins (found by `railstore sim`, seed 144 of
+/// `rep3-sep-n6`: a volume block read as zeros).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_that_overlaps_the_end_of_a_move_finds_its_key() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let policy = Policy::Standalone(Mechanism::parse("rep3").unwrap());
+    let mems = mem_devices(12);
+    let m = Manager::open(as_devices(&mems[..6]), config(&policy, &[], None))
+        .await
+        .unwrap();
+    let keys: Vec<Vec<u8>> = (0..40).map(|i| format!("k{i:03}").into_bytes()).collect();
+    for k in &keys {
+        m.put(k, k, StoreMode::Upsert, None).await.unwrap();
+    }
+    m.sync().await.unwrap();
+    drop(m);
+
+    let held = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let arrived = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let permits = Arc::new(tokio::sync::Semaphore::new(0));
+    let devices: Vec<Arc<dyn Device>> = as_devices(&mems)
+        .into_iter()
+        .enumerate()
+        .map(|(d, inner)| {
+            if d < 6 {
+                return inner;
+            }
+            Arc::new(HeldReads {
+                inner,
+                held: held.clone(),
+                arrived: arrived.clone(),
+                permits: permits.clone(),
+            }) as Arc<dyn Device>
+        })
+        .collect();
+    let m = Manager::open(devices, config(&policy, &[6], Some(Move::Grow)))
+        .await
+        .unwrap();
+    let (_, source) = m.moving().expect("moving");
+    let key = keys
+        .iter()
+        .find(|k| source.place(k).group() != m.layout().place(k).group())
+        .expect("a key that moves")
+        .clone();
+
+    // The read looks at the new place (nothing there yet); its reads are let go one at a
+    // time until it reads every position at once (its last look before it answers).
+    held.store(true, SeqCst);
+    let reader = {
+        let (m, key) = (m.clone(), key.clone());
+        tokio::spawn(async move { m.get(&key, ReadRange::ALL).await })
+    };
+    let width = m.layout().width();
+    let mut let_go = 0;
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let waiting = arrived.load(SeqCst) - let_go;
+        assert!(!reader.is_finished(), "the read ended before its last look");
+        if waiting >= width {
+            break;
+        }
+        if waiting > 0 {
+            permits.add_permits(waiting);
+            let_go += waiting;
+        }
+    }
+    // Meanwhile the move runs to its end.
+    held.store(false, SeqCst);
+    let report = m
+        .relocate_all(RepairOptions::default(), &RepairProgress::default())
+        .await
+        .unwrap();
+    assert!(
+        report.objects_moved > 0 && report.failed.is_empty(),
+        "{report:?}"
+    );
+    m.finish_move();
+    permits.add_permits(1000);
+    let (got, _) = reader.await.unwrap().expect("the key is found");
+    assert_eq!(got, key);
+}

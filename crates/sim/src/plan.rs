@@ -143,6 +143,11 @@ pub enum Offline {
         /// (device operations, power cut) of a crash in the middle.
         crash: Option<(u64, bool)>,
     },
+    /// `railstore grow` when the array has its first epoch's devices only (as many devices as
+    /// a group's width join as a new layout epoch; the next opens move objects to them), else
+    /// `railstore drain` (the last epoch's objects move back; the clean shutdown after the
+    /// move removes its devices).
+    GrowOrDrain,
     /// Open for service and crash during the open (journal replay, index load).
     CrashedOpen {
         /// Device operations before the crash.
@@ -503,6 +508,8 @@ pub fn generate(cfg: &SimConfig, seed: u64) -> Plan {
     let mut online = ChaCha8Rng::seed_from_u64(seed ^ 0x4f4e_4c49_4e45_0016);
     // Volume operations come from a stream of their own too.
     let mut volume = ChaCha8Rng::seed_from_u64(seed ^ 0x564f_4c55_4d45_0017);
+    // And grows and drains.
+    let mut relayout = ChaCha8Rng::seed_from_u64(seed ^ 0x4752_4f57_0016_0005);
     let mut b = Budget {
         tolerance: cfg.tolerance(),
         devices: cfg.devices,
@@ -616,6 +623,12 @@ pub fn generate(cfg: &SimConfig, seed: u64) -> Plan {
             if p.rng.gen_range(0..100) < 15 {
                 let how = p.stop_how();
                 step.stop = Some(p.stop(how, &mut b, cfg));
+            }
+        }
+        // A grow or drain needs an array shut down cleanly: first among the stop's commands.
+        if let Some(s) = step.stop.as_mut().filter(|s| s.how == StopHow::Clean) {
+            if !b.breached && relayout.gen_bool(0.4) {
+                s.offline.insert(0, Offline::GrowOrDrain);
             }
         }
         steps.push(step);

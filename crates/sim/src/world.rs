@@ -402,6 +402,7 @@ impl<'a> World<'a> {
                 } else {
                     // A clean shutdown makes every acknowledged write durable.
                     self.volumes.apply(VolOp::Flush { vol: 0 }, true);
+                    self.forget_drained();
                 }
                 self.stats.fault("clean-restart");
             }

@@ -45,6 +45,18 @@ fn seeds_within_tolerance_find_no_new_failure() {
     // The seeds did real work: most ran every step.
     let steps: u64 = reports.iter().map(|r| r.stats.steps).sum();
     assert!(steps > 480 * DEFAULT_STEPS as u64 / 2, "{steps} steps");
+    // Arrays grew and drained among the faults, and their moves ran to the end.
+    let count = |what: &str| -> u64 {
+        reports
+            .iter()
+            .map(|r| r.stats.faults.get(what).copied().unwrap_or(0))
+            .sum()
+    };
+    let (grown, drained) = (count("grown"), count("drained"));
+    assert!(
+        grown >= 100 && drained >= 20,
+        "{grown} grows, {drained} drains"
+    );
 }
 
 /// Beyond tolerance: the store refuses (an error, a refused open) or reports damage, and never

@@ -1,5 +1,6 @@
 //! What the store runs in the background while it serves, one at a time: a rebuild of a
-//! replaced device (`online.rs`) or a scrub (`scrubber.rs`). Their progress is readable while
+//! replaced device (`online.rs`), a scrub (`scrubber.rs`) or a grow's or drain's move
+//! (`grow.rs`; a rebuild stops it, and it resumes after). Their progress is readable while
 //! they run (`/status`, the admin API, `railstore repair status`), and a shutdown stops them.
 
 use crate::error::{Result, StoreError};
@@ -175,6 +176,25 @@ impl Store {
             })
         };
         if let Some(t) = task {
+            let _ = t.await;
+        }
+    }
+
+    /// A rebuild goes before a move (it restores redundancy; a move only spreads objects
+    /// over more devices or fewer): stops a grow's or drain's move that runs, which the move
+    /// schedule starts again once nothing else runs. Called with `repair_ops` held.
+    pub(crate) async fn stop_move(&self) {
+        let task = {
+            let mut run = self.inner.repair.lock().unwrap();
+            run.as_mut()
+                .filter(|r| r.outcome.is_none() && matches!(r.kind, RunKind::Move(_)))
+                .and_then(|r| {
+                    r.progress.cancel.store(true, Ordering::SeqCst);
+                    r.task.take()
+                })
+        };
+        if let Some(t) = task {
+            tracing::info!("the move stops for a rebuild; it resumes after it");
             let _ = t.await;
         }
     }

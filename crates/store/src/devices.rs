@@ -74,3 +74,21 @@ pub(crate) fn open_device(cfg: &StoreConfig, i: usize) -> Result<Opened> {
         path: Some(path),
     })
 }
+
+/// Refuses a device the caller gave that holds anything (`what` names it in the error).
+pub(crate) async fn check_empty(device: &dyn Device, what: &str) -> Result<()> {
+    let keys = device
+        .info()
+        .await
+        .map_err(|source| StoreError::Device {
+            what: "looking at a device given to fill",
+            source,
+        })?
+        .key_count;
+    if keys > 0 {
+        return Err(StoreError::InvalidArgument(format!(
+            "{what} holds {keys} keys: it must be empty"
+        )));
+    }
+    Ok(())
+}

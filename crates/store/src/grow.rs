@@ -23,7 +23,7 @@
 
 use crate::background::RunKind;
 use crate::config::{DeviceKind, StoreConfig};
-use crate::devices::{device_path, open_device};
+use crate::devices::{check_empty, device_path, open_device};
 use crate::error::{Result, StoreError};
 use crate::identity::{write_durably, ArrayIdentity};
 use crate::open::{lock_data_dir, remove_durably, LAYOUT_FILE};
@@ -39,6 +39,9 @@ use std::time::Duration;
 /// The data folder's record of a move in progress: `grow E` or `drain E`, E the number of
 /// epochs of the layout it belongs to.
 const MOVING_FILE: &str = "moving";
+
+/// Why a move stopped that did not fail (`Store::stop_move`, or the shutdown).
+const MOVE_STOPPED: &str = "stopped by the shutdown or for a rebuild; it resumes after";
 
 /// What [`Store::grow_offline`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -189,6 +192,18 @@ fn stopped_array(config: &StoreConfig) -> Result<Layout> {
     Ok(saved)
 }
 
+/// The last two writes of a grow, once its devices are stamped and named in `array.json`:
+/// the `moving` record, then the layout file with the new epoch (the commit).
+fn commit_grow(data_dir: &Path, grown: &Layout) -> Result<()> {
+    record_move(data_dir, Move::Grow, grown.epochs())?;
+    write_durably(&data_dir.join(LAYOUT_FILE), grown.encode().as_bytes())?;
+    tracing::info!(
+        devices = grown.devices(),
+        "array grown; its objects move when the server starts"
+    );
+    Ok(())
+}
+
 impl Store {
     /// Adds `added` devices to the stopped array of `config` as a new layout epoch: at
     /// `paths` (absent or empty, one per device) or in the data folder's `devices/`. The
@@ -283,22 +298,48 @@ impl Store {
                 })?;
             }
         }
-        record_move(&config.data_dir, Move::Grow, grown.epochs())?;
-        // The commit: from here the array has the added devices.
-        write_durably(
-            &config.data_dir.join(LAYOUT_FILE),
-            grown.encode().as_bytes(),
-        )?;
-        tracing::info!(
-            before,
-            after = grown.devices(),
-            "array grown; its objects move when the server starts"
-        );
+        commit_grow(&config.data_dir, &grown)?;
         Ok(GrowReport {
             devices_before: before,
             devices_after: grown.devices(),
             paths: targets,
         })
+    }
+
+    /// [`Store::grow_offline`] onto devices the caller made (empty ones, in array order after
+    /// the array's own; the whole-system simulator's), for arrays opened with
+    /// [`Store::open_with_devices`]. Returns the device count after the grow.
+    pub async fn grow_with_devices(
+        config: StoreConfig,
+        added: Vec<Arc<dyn Device>>,
+    ) -> Result<usize> {
+        config.validate()?;
+        let _lock = lock_data_dir(&config)?;
+        let saved = stopped_array(&config)?;
+        let grown = saved
+            .grown(added.len())
+            .map_err(|e| StoreError::InvalidArgument(e.to_string()))?;
+        for (j, d) in added.iter().enumerate() {
+            check_empty(d.as_ref(), &format!("added device {j}")).await?;
+        }
+        let before = saved.devices();
+        ArrayIdentity::add_devices(&config.data_dir, before, &added, &vec![None; added.len()])
+            .await?;
+        commit_grow(&config.data_dir, &grown)?;
+        Ok(grown.devices())
+    }
+
+    /// Whether the array in `config`'s data folder was last shut down cleanly with no scrub
+    /// owed (what a grow or drain asks; `railstore scrub` makes it so).
+    pub fn stopped_cleanly(config: &StoreConfig) -> bool {
+        config.data_dir.join(CLEAN_MARKER).exists()
+    }
+
+    /// How many devices the array in `config`'s data folder has (its layout file), if one
+    /// was made there: what a drain's commit leaves, for callers that open the array on
+    /// devices of their own.
+    pub fn recorded_devices(config: &StoreConfig) -> Result<Option<usize>> {
+        Ok(saved_layout(&config.data_dir)?.map(|l| l.devices()))
     }
 
     /// Starts taking the last epoch's devices out of the stopped array of `config`: the
@@ -326,10 +367,16 @@ impl Store {
         }
     }
 
-    /// Starts the move as the store's one background run; refused while another runs.
+    /// Starts the move as the store's one background run; refused while another runs or is
+    /// being started.
     fn start_move(&self) -> Result<()> {
         let Some((direction, _)) = self.inner.manager.moving() else {
             return Ok(());
+        };
+        let Ok(_one_at_a_time) = self.inner.repair_ops.try_lock() else {
+            return Err(StoreError::Conflict(
+                "a rebuild or scrub is being started".into(),
+            ));
         };
         let progress = Arc::new(RepairProgress::default());
         let options = self.inner.config.repair.options();
@@ -353,9 +400,7 @@ impl Store {
             .relocate_all(options, &progress)
             .await
             .map_err(|e| match e {
-                RedundancyError::Cancelled => StoreError::Conflict(
-                    "stopped by the shutdown; the next start resumes it".into(),
-                ),
+                RedundancyError::Cancelled => StoreError::Conflict(MOVE_STOPPED.into()),
                 e => e.into(),
             })?;
         if !report.failed.is_empty() {
@@ -432,10 +477,13 @@ async fn move_schedule(store: Weak<Inner>, mut running: bool) {
         }
         // Not done (the run stopped), or not started (a rebuild or scrub runs).
         let Some(s) = look() else { return };
-        let wait = if s
-            .repair_status()
-            .is_some_and(|r| r.kind == "grow" || r.kind == "drain")
-        {
+        // A move that failed is tried again a minute later; one that a rebuild stopped, or
+        // that a rebuild or scrub kept from starting, as soon as that is done.
+        let failed = s.repair_status().is_some_and(|r| {
+            (r.kind == "grow" || r.kind == "drain")
+                && r.error.is_some_and(|e| !e.ends_with(MOVE_STOPPED))
+        });
+        let wait = if failed {
             Duration::from_secs(60)
         } else {
             Duration::from_secs(5)

@@ -10,7 +10,7 @@
 
 use crate::background::{RepairStatus, RunKind};
 use crate::config::DeviceKind;
-use crate::devices::{device_path, open_device};
+use crate::devices::{check_empty, device_path, open_device};
 use crate::error::{Result, StoreError};
 use crate::identity::DeviceHealth;
 use crate::open::move_aside;
@@ -109,6 +109,8 @@ impl Store {
         options: RepairOptions,
     ) -> Result<RepairStatus> {
         let _one_at_a_time = self.inner.repair_ops.lock().await;
+        self.check_open()?;
+        self.stop_move().await;
         self.check_replaceable(d)?;
         let inner = &self.inner;
         let current = inner.devices[d].lock().unwrap().path.clone();
@@ -200,20 +202,14 @@ impl Store {
         options: RepairOptions,
     ) -> Result<RepairStatus> {
         let _one_at_a_time = self.inner.repair_ops.lock().await;
+        self.check_open()?;
+        self.stop_move().await;
         self.check_replaceable(d)?;
-        let keys = device
-            .info()
-            .await
-            .map_err(|source| StoreError::Device {
-                what: "looking at the new device",
-                source,
-            })?
-            .key_count;
-        if keys > 0 {
-            return Err(StoreError::InvalidArgument(format!(
-                "the device to rebuild device {d} onto holds {keys} keys: it must be empty"
-            )));
-        }
+        check_empty(
+            device.as_ref(),
+            &format!("the device to rebuild device {d} onto"),
+        )
+        .await?;
         self.mark_rebuilding(d)?;
         let path = self.inner.devices[d].lock().unwrap().path.clone();
         let fresh = crate::devices::Opened {

@@ -80,6 +80,20 @@ async fn close(store: Store) {
     drop(store);
 }
 
+/// A new array of `cfg` with 120 objects, shut down; returns its model.
+async fn filled(cfg: &StoreConfig) -> Model {
+    let model: Model = Arc::default();
+    let store = Store::open(cfg.clone()).await.unwrap();
+    store.create_bucket("bkt").await.unwrap();
+    for i in 0..120 {
+        let (k, v) = (format!("k{i:03}"), value(i, 1));
+        put(&store, &k, v.clone()).await;
+        model.lock().unwrap().insert(k, v);
+    }
+    close(store).await;
+    model
+}
+
 /// Overwrites, new objects, deletes and checked reads until `stop`.
 fn client(store: Store, model: Model, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<usize> {
     tokio::spawn(async move {
@@ -158,15 +172,7 @@ async fn move_with_client(
 async fn an_array_grows_and_drains_while_a_client_works() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path());
-    let model: Model = Arc::default();
-    let store = Store::open(cfg.clone()).await.unwrap();
-    store.create_bucket("bkt").await.unwrap();
-    for i in 0..120 {
-        let (k, v) = (format!("k{i:03}"), value(i, 1));
-        put(&store, &k, v.clone()).await;
-        model.lock().unwrap().insert(k, v);
-    }
-    close(store).await;
+    let model = filled(&cfg).await;
 
     // Refused while the server runs (the data folder is locked), and refused uneven.
     let running = Store::open(cfg.clone()).await.unwrap();
@@ -290,5 +296,60 @@ async fn a_grow_cut_before_its_layout_is_written_did_not_happen() {
     );
     move_with_client(&store, &model, "grow").await;
     check_all(&store, &model, "grown again").await;
+    close(store).await;
+}
+
+/// A rebuild goes first: replacing a failed device while a grow's objects move stops the move,
+/// rebuilds the device (moving what it repairs), and the move then resumes and finishes;
+/// nothing is lost throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_stops_a_move_which_resumes_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let model = filled(&cfg).await;
+    Store::grow_offline(cfg.clone(), 6, vec![]).await.unwrap();
+
+    let store = Store::open(cfg.clone()).await.unwrap();
+    for _ in 0..200 {
+        if store.repair_status().is_some_and(|r| r.items_done >= 5) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let moving = store.repair_status().expect("the move started");
+    assert!(moving.running && moving.kind == "grow", "{moving:?}");
+
+    store.fail_device(2, "the test").unwrap();
+    let rebuild = store.replace_device(2).await.unwrap();
+    assert_eq!(
+        (rebuild.kind.as_str(), rebuild.device),
+        ("rebuild", Some(2))
+    );
+    let rebuilt = store.wait_for_repair().await.expect("a rebuild ran");
+    assert_eq!(rebuilt.kind, "rebuild", "{rebuilt:?}");
+    assert_eq!(rebuilt.error, None, "{rebuilt:?}");
+    assert!(store.status().await.devices[2].healthy);
+    check_all(&store, &model, "rebuilt, the move stopped").await;
+    assert!(
+        store.manager().moving().is_some(),
+        "the move is not done yet"
+    );
+
+    // The move schedule starts it again a few seconds after the rebuild, and it finishes (the
+    // rebuild moved what it repaired, so little may be left).
+    let mut finished = None;
+    for _ in 0..300 {
+        match store.repair_status() {
+            Some(r) if r.kind == "grow" && !r.running => {
+                finished = Some(r);
+                break;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    let finished = finished.unwrap_or_else(|| panic!("{:?}", store.repair_status()));
+    assert_eq!(finished.error, None, "{finished:?}");
+    assert!(store.manager().moving().is_none());
+    check_all(&store, &model, "grown after the rebuild").await;
     close(store).await;
 }

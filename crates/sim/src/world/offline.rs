@@ -2,6 +2,7 @@
 //! `railstore scrub` do: without separation, checked like a running store.
 
 use super::*;
+use crate::gate::Gate;
 
 impl World<'_> {
     /// Opens the store as the offline command `what` does (no separation) and checks it;
@@ -104,6 +105,18 @@ impl World<'_> {
                     }
                 }
             }
+            Offline::GrowOrDrain => {
+                // An array that owes a scrub (a crash since its last one) is refused: as the
+                // refusal tells the operator, scrub it first.
+                if !Store::stopped_cleanly(&self.store_cfg) {
+                    self.offline(Offline::Scrub { crash: None })?;
+                }
+                if self.disks.len() == self.cfg.devices {
+                    self.grow()
+                } else {
+                    self.drain()
+                }
+            }
             Offline::CrashedOpen {
                 after_device_ops,
                 power,
@@ -130,6 +143,82 @@ impl World<'_> {
                     Opened::Refused(e) => self.refused("opening the store", e),
                     Opened::Stuck => self.stuck("opening the store"),
                 }
+            }
+        }
+    }
+
+    /// `railstore grow` by a group's width of new empty disks.
+    fn grow(&mut self) -> Flow {
+        let first = self.disks.len();
+        self.stats.fault("offline-grow");
+        let width = self
+            .store_cfg
+            .manager
+            .layout(first)
+            .expect("the configuration's layout")
+            .width();
+        for _ in 0..width {
+            let disk = self.new_disk(None);
+            self.disks.push(disk);
+        }
+        let gate = self.new_gate();
+        let added: Vec<Arc<dyn Device>> = self.disks[first..]
+            .iter()
+            .map(|d| Arc::new(Gate::new(d.cache.clone(), gate.clone())) as Arc<dyn Device>)
+            .collect();
+        let cfg = self.store_cfg.clone();
+        match self
+            .util
+            .block_on(async move { Store::grow_with_devices(cfg, added).await })
+        {
+            Ok(n) => {
+                self.stats.fault("grown");
+                self.log(format!("grown to {n} devices"));
+            }
+            Err(e) => {
+                self.disks.truncate(first);
+                self.relayout_refused("grow", e);
+            }
+        }
+        self.halt_if_failed()
+    }
+
+    /// `railstore drain` of the last epoch.
+    fn drain(&mut self) -> Flow {
+        self.stats.fault("offline-drain");
+        match Store::drain_offline(&self.store_cfg) {
+            Ok(gone) => {
+                self.stats.fault("drain-started");
+                self.log(format!("draining devices {gone:?}"));
+            }
+            Err(e) => self.relayout_refused("drain", e),
+        }
+        self.halt_if_failed()
+    }
+
+    /// A grow or drain the store may rightly refuse (a move still running, an array not shut
+    /// down cleanly) is logged; any other refusal is a violation.
+    fn relayout_refused(&mut self, what: &str, e: StoreError) {
+        match e {
+            StoreError::Conflict(_) => self.log(format!("{what} refused: {e}")),
+            e => self.violation(Kind::Other, format!("railstore {what} failed: {e}")),
+        }
+    }
+
+    /// After a clean shutdown: a drain whose move was done has removed its devices from the
+    /// array (the layout file says how many are left); their disks go.
+    pub(super) fn forget_drained(&mut self) {
+        let Ok(Some(n)) = Store::recorded_devices(&self.store_cfg) else {
+            return;
+        };
+        if n < self.disks.len() {
+            self.stats.fault("drained");
+            self.log(format!("drained: {n} devices left"));
+            self.disks.truncate(n);
+            self.broken.retain(|d| *d < n);
+            self.snapshots.retain(|d, _| *d < n);
+            if self.flaky.is_some_and(|d| d >= n) {
+                self.flaky = None;
             }
         }
     }
