@@ -56,7 +56,8 @@ pub fn drain(args: &DrainArgs) -> Result<()> {
     println!(
         "devices {} to {} will be drained: start the server (railstore serve) and let it move \
          their objects back (`railstore repair status`); the clean shutdown after that \
-         removes them from the array, and their folders can then go",
+         removes them from the array, and their folders in the data folder's devices/ (clear \
+         those grown with --path yourself)",
         devices.start,
         devices.end - 1
     );

@@ -444,6 +444,10 @@ impl Store {
             return Ok(());
         }
         let kept = inner.manager.layout();
+        let drained: Vec<PathBuf> = inner.devices[kept.devices()..]
+            .iter()
+            .filter_map(|o| o.lock().unwrap().path.clone())
+            .collect();
         write_durably(
             &inner.config.data_dir.join(LAYOUT_FILE),
             kept.encode().as_bytes(),
@@ -452,9 +456,27 @@ impl Store {
             id.keep_devices(kept.devices())?;
         }
         remove_durably(&inner.config.data_dir.join(MOVING_FILE))?;
+        // The drained devices hold nothing the array needs now. Those in the data folder's
+        // `devices/` go (a later grow puts its devices there); those elsewhere (`--path`) are
+        // the operator's to clear.
+        let own = inner.config.data_dir.join("devices");
+        let (ours, theirs): (Vec<PathBuf>, Vec<PathBuf>) =
+            drained.into_iter().partition(|p| p.starts_with(&own));
+        for p in &ours {
+            let removed = if p.is_dir() {
+                std::fs::remove_dir_all(p)
+            } else {
+                std::fs::remove_file(p)
+            };
+            if let Err(e) = removed {
+                tracing::warn!(path = %p.display(), error = %e, "removing a drained device");
+            }
+        }
         tracing::info!(
             devices = kept.devices(),
-            "the drained devices left the array; their folders can go"
+            removed = ours.len(),
+            left = ?theirs,
+            "the drained devices left the array (those elsewhere than devices/ can be cleared)"
         );
         Ok(())
     }

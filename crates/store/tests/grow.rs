@@ -242,6 +242,16 @@ async fn an_array_grows_and_drains_while_a_client_works() {
     let state = std::fs::read_to_string(dir.path().join("array.json")).unwrap();
     let state: serde_json::Value = serde_json::from_str(&state).unwrap();
     assert_eq!(state["devices"].as_array().unwrap().len(), 6);
+
+    // The drained devices' folders went with them, so the array grows there again.
+    assert!(dir.path().join("devices/5").exists());
+    assert!(!dir.path().join("devices/6").exists());
+    let again = Store::grow_offline(cfg.clone(), 6, vec![]).await.unwrap();
+    assert_eq!(again.devices_after, 12);
+    let store = Store::open(cfg.clone()).await.unwrap();
+    move_with_client(&store, &model, "grow").await;
+    check_all(&store, &model, "grown again").await;
+    close(store).await;
 }
 
 /// A grow cut by a crash before its layout named the added devices did not happen: the next
