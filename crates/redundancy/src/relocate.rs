@@ -107,8 +107,9 @@ impl Inner {
             }
             self.write_object(key, &value, first.mechanism, None)
                 .await?;
-            // Durable at the target before the source lets go.
-            self.sync_positions(&new, first.mechanism.span(width))
+            // Durable at the target before the source lets go; the moves running at once
+            // share their syncs.
+            self.sync_shared(new.of_pieces(first.mechanism.span(width)).devices())
                 .await?;
             value.len() as u64
         };
@@ -144,8 +145,12 @@ impl Inner {
         let later = self.later_segments(key, place, &first).await?;
         let segments: Vec<&Resolved> = std::iter::once(&first).chain(&later).collect();
         self.secure_packed(key, place, &segments).await?;
-        self.sync_positions(place, first.mechanism.span(self.layout.width()))
-            .await?;
+        self.sync_shared(
+            place
+                .of_pieces(first.mechanism.span(self.layout.width()))
+                .devices(),
+        )
+        .await?;
         Ok(true)
     }
 
