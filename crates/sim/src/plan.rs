@@ -512,7 +512,9 @@ pub fn generate(cfg: &SimConfig, seed: u64) -> Plan {
     let mut relayout = ChaCha8Rng::seed_from_u64(seed ^ 0x4752_4f57_0016_0005);
     let mut b = Budget {
         tolerance: cfg.tolerance(),
-        devices: cfg.devices,
+        // Faults may land on the devices a grow adds too (the world skips those on devices
+        // the array does not have at the time).
+        devices: cfg.devices + cfg.group_width(),
         broken: BTreeSet::new(),
         flaky: None,
         snapshots: BTreeMap::new(),
@@ -567,8 +569,11 @@ pub fn generate(cfg: &SimConfig, seed: u64) -> Plan {
         if breach_at == Some(i) {
             step.breach = true;
             b.breached = true;
-            let need = (b.tolerance + 1).saturating_sub(b.broken.len());
-            let healthy = b.healthy();
+            // On the devices the array always has, so that the breach happens.
+            let always = |d: &usize| *d < cfg.devices;
+            let need =
+                (b.tolerance + 1).saturating_sub(b.broken.iter().filter(|d| always(d)).count());
+            let healthy: Vec<usize> = b.healthy().into_iter().filter(always).collect();
             let victims = p.pick(&healthy, need.max(1));
             b.broken.extend(victims.iter().copied());
             match p.rng.gen_range(0..3) {

@@ -518,7 +518,7 @@ impl<'a> World<'a> {
                 devices,
             }) => gate.arm_fail(
                 *after_device_ops,
-                devices
+                self.present(devices)
                     .iter()
                     .map(|d| self.disks[*d].cache.clone())
                     .collect(),
@@ -589,7 +589,7 @@ impl<'a> World<'a> {
                     }
                     Some(MidFault::FailStop { devices, .. }) => {
                         gate.fire_fail_now();
-                        self.fail_stopped(devices);
+                        self.fail_stopped(&self.present(devices));
                     }
                     None => {}
                 }
@@ -636,6 +636,17 @@ impl<'a> World<'a> {
         self.settle(step, outcomes);
         self.halt_if_failed()?;
         Ok(down)
+    }
+
+    /// Of the devices a fault names, those the array has now: the planner draws from the
+    /// devices of a grown array too, and a fault on a device not there (not grown yet, or
+    /// drained) does not happen.
+    fn present(&self, devices: &[usize]) -> Vec<usize> {
+        devices
+            .iter()
+            .copied()
+            .filter(|d| *d < self.disks.len())
+            .collect()
     }
 
     fn fail_stopped(&mut self, devices: &[usize]) {
@@ -788,11 +799,11 @@ impl<'a> World<'a> {
             self.down(stop.how)?;
         }
         if !self.breached {
-            for &d in &stop.repair {
+            for d in self.present(&stop.repair) {
                 self.rebuild(d)?;
             }
         }
-        for &d in &stop.snapshot {
+        for d in self.present(&stop.snapshot) {
             let img = self.image(d);
             self.snapshots.insert(d, img);
             self.stats.fault("snapshot");
@@ -801,7 +812,7 @@ impl<'a> World<'a> {
             let imgs = (0..self.disks.len()).map(|d| self.image(d)).collect();
             self.rollback = Some(imgs);
         }
-        for &d in &stop.stale_return {
+        for d in self.present(&stop.stale_return) {
             if let Some(img) = self.snapshots.remove(&d) {
                 self.replace_disk(d, Some(&img));
                 self.broken.insert(d);
@@ -809,7 +820,7 @@ impl<'a> World<'a> {
                 self.stats.fault("stale-return");
             }
         }
-        for &d in &stop.wipe {
+        for d in self.present(&stop.wipe) {
             self.replace_disk(d, None);
             self.broken.insert(d);
             self.device_fault = true;
@@ -820,7 +831,7 @@ impl<'a> World<'a> {
                 self.undetectable_rollback(imgs);
             }
         }
-        if let Some(d) = stop.flaky {
+        if let Some(d) = stop.flaky.filter(|d| *d < self.disks.len()) {
             self.flaky = Some(d);
             self.broken.insert(d);
             self.device_fault = true;

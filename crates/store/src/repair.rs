@@ -1,7 +1,7 @@
 //! Scrub and rebuild through the store: the reliability manager does the work; the store opens
 //! the array the way the repair needs it.
 
-use crate::config::StoreConfig;
+use crate::config::{DeviceKind, StoreConfig};
 use crate::error::{Result, StoreError};
 use crate::identity::DeviceHealth;
 use crate::store::Store;
@@ -53,6 +53,10 @@ impl Store {
         options: RepairOptions,
         progress: Arc<RepairProgress>,
     ) -> Result<RepairReport> {
+        if injected.is_some() || config.devices.kind != DeviceKind::Mem {
+            // A grown array has the devices its layout file names.
+            crate::grow::adopt_epochs(&mut config)?;
+        }
         if device >= config.device_count() {
             return Err(StoreError::InvalidArgument(format!(
                 "device {device}: the array has {} (0 to {})",

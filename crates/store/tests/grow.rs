@@ -4,7 +4,8 @@
 //! resumes it, and after the drain's clean shutdown the array is six devices again.
 
 use railstore_store::{
-    body_from, collect_body, DeviceKind, ListQuery, PutOptions, Store, StoreConfig, StoreError,
+    body_from, collect_body, DeviceKind, ListQuery, PutOptions, RepairOptions, RepairProgress,
+    Store, StoreConfig, StoreError,
 };
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -311,9 +312,9 @@ async fn a_grow_cut_before_its_layout_is_written_did_not_happen() {
 
 /// A rebuild goes first: replacing a failed device while a grow's objects move stops the move,
 /// rebuilds the device (moving what it repairs), and the move then resumes and finishes;
-/// nothing is lost throughout.
+/// nothing is lost throughout. Then a device the grow added is lost and rebuilt offline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rebuild_stops_a_move_which_resumes_after_it() {
+async fn a_rebuild_stops_a_move_which_resumes_after_it_and_added_devices_rebuild() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path());
     let model = filled(&cfg).await;
@@ -361,5 +362,21 @@ async fn a_rebuild_stops_a_move_which_resumes_after_it() {
     assert_eq!(finished.error, None, "{finished:?}");
     assert!(store.manager().moving().is_none());
     check_all(&store, &model, "grown after the rebuild").await;
+    close(store).await;
+
+    // An added device is rebuilt offline like any other.
+    std::fs::remove_dir_all(dir.path().join("devices/8")).unwrap();
+    let report = Store::rebuild_offline(
+        cfg.clone(),
+        8,
+        RepairOptions::default(),
+        Arc::new(RepairProgress::default()),
+    )
+    .await
+    .unwrap();
+    assert!(report.objects_lost.is_empty(), "{report:?}");
+    let store = Store::open(cfg.clone()).await.unwrap();
+    assert!(store.status().await.devices[8].healthy);
+    check_all(&store, &model, "added device rebuilt offline").await;
     close(store).await;
 }

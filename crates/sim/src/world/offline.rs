@@ -151,13 +151,7 @@ impl World<'_> {
     fn grow(&mut self) -> Flow {
         let first = self.disks.len();
         self.stats.fault("offline-grow");
-        let width = self
-            .store_cfg
-            .manager
-            .layout(first)
-            .expect("the configuration's layout")
-            .width();
-        for _ in 0..width {
+        for _ in 0..self.cfg.group_width() {
             let disk = self.new_disk(None);
             self.disks.push(disk);
         }

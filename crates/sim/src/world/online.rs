@@ -18,6 +18,10 @@ impl World<'_> {
         let live = self.live.as_ref().expect("the store runs during steps");
         let store = live.store.clone();
         match action {
+            Online::FailReplace(d) if d >= self.disks.len() => {
+                self.log(format!("online replace {d}: no such device now"));
+                false
+            }
             Online::FailReplace(d) => {
                 self.stats.fault("online-replace");
                 let failed = store.fail_device(d, "the simulator's operator");
