@@ -143,8 +143,6 @@ impl SimConfig {
         c
     }
 
-    /// The store's configuration for a seed's data folder. `frame` is the separation frame and
-    /// `partial_when_full` whether full buffers write through (the seed picks both).
     /// The width of a redundancy group: what a grow adds.
     pub fn group_width(&self) -> usize {
         self.store_config(Path::new("/"), Duration::from_millis(100), true)
@@ -154,6 +152,8 @@ impl SimConfig {
             .width()
     }
 
+    /// The store's configuration for a seed's data folder. `frame` is the separation frame and
+    /// `partial_when_full` whether full buffers write through (the seed picks both).
     pub fn store_config(
         &self,
         data_dir: &Path,

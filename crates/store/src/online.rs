@@ -109,9 +109,7 @@ impl Store {
         options: RepairOptions,
     ) -> Result<RepairStatus> {
         let _one_at_a_time = self.inner.repair_ops.lock().await;
-        self.check_open()?;
-        self.stop_move().await;
-        self.check_replaceable(d)?;
+        self.check_replaceable(d).await?;
         let inner = &self.inner;
         let current = inner.devices[d].lock().unwrap().path.clone();
         let (Some(current), false) = (current, inner.config.devices.kind == DeviceKind::Mem) else {
@@ -202,9 +200,7 @@ impl Store {
         options: RepairOptions,
     ) -> Result<RepairStatus> {
         let _one_at_a_time = self.inner.repair_ops.lock().await;
-        self.check_open()?;
-        self.stop_move().await;
-        self.check_replaceable(d)?;
+        self.check_replaceable(d).await?;
         check_empty(
             device.as_ref(),
             &format!("the device to rebuild device {d} onto"),
@@ -221,8 +217,8 @@ impl Store {
     }
 
     /// What a replace asks first: an open store, a device that exists and is out of service,
-    /// and no other rebuild or scrub running.
-    fn check_replaceable(&self, d: usize) -> Result<()> {
+    /// and no other rebuild or scrub running (a grow's or drain's move is stopped for it).
+    async fn check_replaceable(&self, d: usize) -> Result<()> {
         self.check_open()?;
         self.check_device_index(d)?;
         if self.inner.manager.devices().readable(d) {
@@ -230,6 +226,7 @@ impl Store {
                 "device {d} is in service: take it out first (railstore device fail {d})"
             )));
         }
+        self.stop_move().await;
         self.check_idle()
     }
 
