@@ -1,6 +1,6 @@
 //! What the store runs in the background while it serves, one at a time: a rebuild of a
 //! replaced device (`online.rs`), a scrub (`scrubber.rs`) or a grow's or drain's move
-//! (`grow.rs`; a rebuild stops it, and it resumes after). Their progress is readable while
+//! (`grow.rs`; a rebuild or scrub stops it, and it resumes after). Their progress is readable while
 //! they run (`/status`, the admin API, `railstore repair status`), and a shutdown stops them.
 
 use crate::error::{Result, StoreError};
@@ -180,9 +180,10 @@ impl Store {
         }
     }
 
-    /// A rebuild goes before a move (it restores redundancy; a move only spreads objects
-    /// over more devices or fewer): stops a grow's or drain's move that runs, which the move
-    /// schedule starts again once nothing else runs. Called with `repair_ops` held.
+    /// A rebuild or scrub goes before a move (they restore redundancy and trust; a move only
+    /// spreads objects over more devices or fewer): stops a grow's or drain's move that runs,
+    /// which the move schedule starts again once nothing else runs. Called with `repair_ops`
+    /// held.
     pub(crate) async fn stop_move(&self) {
         let task = {
             let mut run = self.inner.repair.lock().unwrap();
@@ -194,7 +195,7 @@ impl Store {
                 })
         };
         if let Some(t) = task {
-            tracing::info!("the move stops for a rebuild; it resumes after it");
+            tracing::info!("the move stops for a rebuild or scrub; it resumes after it");
             let _ = t.await;
         }
     }

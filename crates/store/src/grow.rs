@@ -41,7 +41,7 @@ use std::time::Duration;
 const MOVING_FILE: &str = "moving";
 
 /// Why a move stopped that did not fail (`Store::stop_move`, or the shutdown).
-const MOVE_STOPPED: &str = "stopped by the shutdown or for a rebuild; it resumes after";
+const MOVE_STOPPED: &str = "stopped by the shutdown or for a rebuild or scrub; it resumes after";
 
 /// What [`Store::grow_offline`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -499,8 +499,8 @@ async fn move_schedule(store: Weak<Inner>, mut running: bool) {
         }
         // Not done (the run stopped), or not started (a rebuild or scrub runs).
         let Some(s) = look() else { return };
-        // A move that failed is tried again a minute later; one that a rebuild stopped, or
-        // that a rebuild or scrub kept from starting, as soon as that is done.
+        // A move that failed is tried again a minute later; one that a rebuild or scrub
+        // stopped or kept from starting, as soon as that is done.
         let failed = s.repair_status().is_some_and(|r| {
             (r.kind == "grow" || r.kind == "drain")
                 && r.error.is_some_and(|e| !e.ends_with(MOVE_STOPPED))

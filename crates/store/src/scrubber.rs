@@ -107,11 +107,12 @@ impl Store {
         outcome
     }
 
-    /// Starts a scrub in the background (`reason` goes into its report). Refused while a
-    /// rebuild or another scrub runs.
+    /// Starts a scrub in the background (`reason` goes into its report); a grow's or drain's
+    /// move stops for it and resumes after. Refused while a rebuild or another scrub runs.
     pub async fn start_scrub(&self, reason: &str) -> Result<RepairStatus> {
         let _one_at_a_time = self.inner.repair_ops.lock().await;
         self.check_open()?;
+        self.stop_move().await;
         self.check_idle()?;
         let options = self.inner.config.repair.options();
         let progress = Arc::new(RepairProgress::default());

@@ -141,6 +141,45 @@ fn client(store: Store, model: Model, stop: Arc<AtomicBool>) -> tokio::task::Joi
     })
 }
 
+/// Waits until the move has moved a few objects (or two seconds).
+async fn move_under_way(store: &Store) {
+    for _ in 0..200 {
+        if store.repair_status().is_some_and(|r| r.items_done >= 5) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// An array of 120 objects grown 6 to 12 and opened, its move under way.
+async fn grown_and_moving() -> (tempfile::TempDir, StoreConfig, Model, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let model = filled(&cfg).await;
+    Store::grow_offline(cfg.clone(), 6, vec![]).await.unwrap();
+    let store = Store::open(cfg.clone()).await.unwrap();
+    move_under_way(&store).await;
+    (dir, cfg, model, store)
+}
+
+/// Waits until a grow's move (started again by the move schedule) has finished, and checks
+/// that it did without an error.
+async fn grow_finished(store: &Store) {
+    let mut finished = None;
+    for _ in 0..300 {
+        match store.repair_status() {
+            Some(r) if r.kind == "grow" && !r.running => {
+                finished = Some(r);
+                break;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    let finished = finished.unwrap_or_else(|| panic!("{:?}", store.repair_status()));
+    assert_eq!(finished.error, None, "{finished:?}");
+    assert!(store.manager().moving().is_none());
+}
+
 /// Runs the store's move with a client working until it is done; returns its status.
 async fn move_with_client(
     store: &Store,
@@ -196,12 +235,7 @@ async fn an_array_grows_and_drains_while_a_client_works() {
     let store = Store::open(cfg.clone()).await.unwrap();
     assert_eq!(store.manager().devices().len(), 12);
     check_all(&store, &model, "grown, the move starting").await;
-    for _ in 0..200 {
-        if store.repair_status().is_some_and(|r| r.items_done >= 5) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    move_under_way(&store).await;
     let cut = store.repair_status().expect("the move started");
     assert!(cut.running && cut.items_done >= 5, "{cut:?}");
     close(store).await;
@@ -315,18 +349,7 @@ async fn a_grow_cut_before_its_layout_is_written_did_not_happen() {
 /// nothing is lost throughout. Then a device the grow added is lost and rebuilt offline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebuild_stops_a_move_which_resumes_after_it_and_added_devices_rebuild() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(dir.path());
-    let model = filled(&cfg).await;
-    Store::grow_offline(cfg.clone(), 6, vec![]).await.unwrap();
-
-    let store = Store::open(cfg.clone()).await.unwrap();
-    for _ in 0..200 {
-        if store.repair_status().is_some_and(|r| r.items_done >= 5) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let (dir, cfg, model, store) = grown_and_moving().await;
     let moving = store.repair_status().expect("the move started");
     assert!(moving.running && moving.kind == "grow", "{moving:?}");
 
@@ -348,19 +371,7 @@ async fn a_rebuild_stops_a_move_which_resumes_after_it_and_added_devices_rebuild
 
     // The move schedule starts it again a few seconds after the rebuild, and it finishes (the
     // rebuild moved what it repaired, so little may be left).
-    let mut finished = None;
-    for _ in 0..300 {
-        match store.repair_status() {
-            Some(r) if r.kind == "grow" && !r.running => {
-                finished = Some(r);
-                break;
-            }
-            _ => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    }
-    let finished = finished.unwrap_or_else(|| panic!("{:?}", store.repair_status()));
-    assert_eq!(finished.error, None, "{finished:?}");
-    assert!(store.manager().moving().is_none());
+    grow_finished(&store).await;
     check_all(&store, &model, "grown after the rebuild").await;
     close(store).await;
 
@@ -379,4 +390,34 @@ async fn a_rebuild_stops_a_move_which_resumes_after_it_and_added_devices_rebuild
     assert!(store.status().await.devices[8].healthy);
     check_all(&store, &model, "added device rebuilt offline").await;
     close(store).await;
+}
+
+/// After an unclean stop in the middle of a move the owed scrub starts (as `serve` starts it
+/// at once): the move stops for it, and resumes and finishes after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scrub_an_unclean_start_owes_goes_before_the_move() {
+    let (dir, cfg, model, store) = grown_and_moving().await;
+    close(store).await;
+    // As if the server had been killed.
+    std::fs::remove_file(dir.path().join("clean-shutdown")).unwrap();
+
+    let store = Store::open(cfg.clone()).await.unwrap();
+    assert!(store.unclean_start());
+    let moving = store
+        .repair_status()
+        .expect("the move started with the store");
+    assert!(moving.running && moving.kind == "grow", "{moving:?}");
+    let scrub = store.start_scrub("unclean start").await.unwrap();
+    assert_eq!(scrub.kind, "scrub");
+    let scrubbed = store.wait_for_repair().await.expect("the scrub ran");
+    assert_eq!(
+        (scrubbed.kind.as_str(), scrubbed.error.as_deref()),
+        ("scrub", None)
+    );
+    check_all(&store, &model, "scrubbed, the move stopped").await;
+
+    grow_finished(&store).await;
+    check_all(&store, &model, "grown after the scrub").await;
+    close(store).await;
+    assert!(Store::stopped_cleanly(&cfg));
 }
