@@ -172,7 +172,7 @@ fn stopped_array(config: &StoreConfig) -> Result<Layout> {
             dir.display()
         )));
     };
-    if !dir.join(CLEAN_MARKER).exists() {
+    if !Store::stopped_cleanly(config) {
         return Err(StoreError::Conflict(format!(
             "the array in {} was not shut down cleanly: start it (railstore serve) and stop \
              it once, so its recovery runs first",
