@@ -1,4 +1,4 @@
-//! `railstore device fail|replace` and `railstore repair scrub|status`: the admin API of a running
+//! `railstore device fail|replace|remove` and `railstore repair scrub|status`: the admin API of a running
 //! server (docs/admin.md), from the command line. The admin token comes from `--admin-token`,
 //! `RAILSTORE_ADMIN_TOKEN`, `[server] admin_token`, or the data folder's `admin-token` file
 //! (made by `serve`), in that order.
@@ -50,6 +50,16 @@ pub enum DeviceCommand {
         /// opens the device there from then on.
         #[arg(long)]
         path: Option<std::path::PathBuf>,
+        /// Start it and return at once.
+        #[arg(long)]
+        no_wait: bool,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Take the devices the last grow added out of the array while the server serves: their
+    /// objects move to the other devices (showing progress until done), and the devices leave
+    /// the array at the server's next clean shutdown.
+    Remove {
         /// Start it and return at once.
         #[arg(long)]
         no_wait: bool,
@@ -215,6 +225,25 @@ pub fn device(cmd: &DeviceCommand) -> Result<()> {
                 ),
                 None => println!("rebuilding device {device} while serving"),
             }
+            if *no_wait {
+                return Ok(());
+            }
+            follow(&t)
+        }
+        DeviceCommand::Remove { no_wait, admin } => {
+            let t = admin.target()?;
+            let answer = call(&t, "POST", "/admin/v1/devices/remove")?;
+            let answer: serde_json::Value =
+                serde_json::from_str(&answer).context("the server's answer")?;
+            let removing: Vec<String> = answer["removing"]
+                .as_array()
+                .map(|a| a.iter().map(|d| d.to_string()).collect())
+                .unwrap_or_default();
+            println!(
+                "draining devices {} while serving; they leave the array at the server's next \
+                 clean shutdown",
+                removing.join(", ")
+            );
             if *no_wait {
                 return Ok(());
             }

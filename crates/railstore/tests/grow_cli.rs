@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{cli, config_file};
+use common::{cli, config_file, load, serve_in};
 use railstore_store::{body_from, collect_body, PutOptions, Store, StoreConfig};
 use std::path::Path;
 use std::process::Command;
@@ -119,6 +119,58 @@ fn grow_and_drain_a_data_folder() {
         }
         store.shutdown().await.unwrap();
     });
+}
+
+/// `railstore device remove`: the devices a grow added are drained from a running server
+/// while it serves, and leave the array at its clean shutdown.
+#[test]
+fn devices_are_removed_from_a_running_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (access, secret) = ("remove-test", "remove-test-secret-0123");
+    let (served, endpoint) = serve_in(dir.path(), access, secret);
+    let addr = endpoint.trim_start_matches("http://").to_string();
+    let (loaded, errors, out) = load(&endpoint, access, secret);
+    assert!(loaded && errors == 0, "{out}");
+    let with = |args: &[&str]| {
+        let mut a = args.to_vec();
+        a.extend(["--server", &addr, "--data", data.to_str().unwrap()]);
+        cli(&a)
+    };
+    let (done, out) = with(&["device", "remove"]);
+    assert!(!done && out.contains("never grown"), "{out}");
+    let (status, _) = served.terminate();
+    assert!(status.success());
+
+    let cfg = config_file(dir.path());
+    let (c, d) = (cfg.to_str().unwrap(), data.to_str().unwrap());
+    ok(&["grow", "-c", c, "--data", d, "--devices", "6"]);
+    let (served, endpoint) = serve_in(dir.path(), access, secret);
+    let addr = endpoint.trim_start_matches("http://").to_string();
+    let with = |args: &[&str]| {
+        let mut a = args.to_vec();
+        a.extend(["--server", &addr, "--data", d]);
+        cli(&a)
+    };
+    let (done, out) = with(&["repair", "status", "--watch"]);
+    assert!(done, "the grow's move: {out}");
+    let (done, out) = with(&["device", "remove"]);
+    assert!(
+        done && out.contains("draining devices 6, 7, 8, 9, 10, 11") && out.contains("finished"),
+        "{out}"
+    );
+    let (done, out) = with(&["device", "remove"]);
+    assert!(!done && out.contains("drained already"), "{out}");
+    let (loaded, errors, out) = load(&endpoint, access, secret);
+    assert!(loaded && errors == 0, "{out}");
+    let (status, log) = served.terminate();
+    assert!(status.success(), "{log}");
+    let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
+        .args(["status", "-c", c, "--data", d, "--json"])
+        .output()
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["devices"].as_array().unwrap().len(), 6);
 }
 
 #[test]

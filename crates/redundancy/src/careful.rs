@@ -26,7 +26,7 @@ impl Inner {
         place: &Placement<'_>,
     ) -> SegmentScan {
         let skey = segment_key(key, segment, version);
-        let n = self.layout.width();
+        let n = self.width;
         let devices: Vec<usize> = (0..n).map(|i| place.device(i)).collect();
         let reads = join_all(devices.iter().map(|&d| {
             let skey = &skey;
@@ -61,7 +61,7 @@ impl Inner {
                     Ok((h, payload))
                         if h.segment == segment
                             && mechanism_of(&h).is_some()
-                            && (slot_of(&self.layout, &h) == Some(pos)
+                            && (slot_of(self.piece_order, self.width, &h) == Some(pos)
                                 || matches!(h.kind, PieceKind::Member | PieceKind::Pointer)) =>
                     {
                         self.observe_version(h.version);
@@ -323,7 +323,7 @@ impl Inner {
             scan.unreadable[pos] || scan.corrupt[pos] || self.io.is_rebuilding(scan.devices[pos])
         };
         let width = scan.devices.len();
-        let order = self.layout.piece_order();
+        let order = self.piece_order;
         scan.pieces.iter().flatten().all(|p| {
             mechanism_of(&p.header).is_some_and(|mech| {
                 let pieces = mech.span(width);

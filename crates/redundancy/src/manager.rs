@@ -12,7 +12,7 @@ use futures_util::future::join_all;
 use railstore_device::purpose::{background, writing};
 use railstore_device::{Device, ReadRange, StoreMode};
 use railstore_ec::{Code, CodeId, Codec};
-use railstore_placement::{Layout, Placement};
+use railstore_placement::{Layout, PieceOrder, Placement};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -99,13 +99,26 @@ pub(crate) enum Writing {
     Delete,
 }
 
+/// The layouts objects are placed by. An operation takes them once ([`Inner::epochs`]) and
+/// holds them while it works, so a drain that starts while the array serves
+/// ([`Manager::start_drain`]) knows when no operation still places by the layouts before it.
+pub(crate) struct Epochs {
+    /// Where objects are written: the last epoch's layout, or for a drain the one before it.
+    pub layout: Arc<Layout>,
+    /// While objects move between epochs, the layout they move out of (`relocate.rs`).
+    pub source: Option<Arc<Layout>>,
+    /// Which way they move.
+    pub moving: Option<Move>,
+}
+
 pub(crate) struct Inner {
     pub io: DeviceSet,
-    /// Where objects are written: the last epoch's layout, or for a drain the one before it.
-    pub layout: Layout,
-    /// While objects move between epochs, the layout they move out of (`relocate.rs`).
-    pub source: Option<Layout>,
-    /// Whether a move runs: reads and writes look at `source` too.
+    /// Read through [`Inner::epochs`]; only a drain started online replaces them.
+    pub(crate) epochs: std::sync::RwLock<Arc<Epochs>>,
+    /// Devices per group and how pieces sit in a group (the same in every epoch).
+    pub width: usize,
+    pub piece_order: PieceOrder,
+    /// Whether a move runs: reads and writes look at the source layout too.
     pub moving: AtomicBool,
     pub config: ManagerConfig,
     codecs: Mutex<HashMap<(u8, u8, u8), Arc<Codec>>>,
@@ -217,8 +230,13 @@ impl Manager {
             .unwrap_or(1);
         let inner = Arc::new_cyclic(|weak| Inner {
             io: DeviceSet::with_faults(devices, config.faults),
-            layout,
-            source,
+            width: layout.width(),
+            piece_order: layout.piece_order(),
+            epochs: std::sync::RwLock::new(Arc::new(Epochs {
+                layout: Arc::new(layout),
+                source: source.map(Arc::new),
+                moving: config.moving,
+            })),
             moving,
             packer: Packer::new(weak.clone(), config.pack_wait),
             config,
@@ -244,9 +262,9 @@ impl Manager {
         &self.inner.io
     }
 
-    /// The placement layout.
-    pub fn layout(&self) -> &Layout {
-        &self.inner.layout
+    /// The placement layout objects are written by.
+    pub fn layout(&self) -> Arc<Layout> {
+        self.inner.epochs().layout.clone()
     }
 
     /// The configuration.
@@ -315,11 +333,11 @@ impl Manager {
         let mech = match custom {
             Some(m) => {
                 m.validate()?;
-                if m.width() > inner.layout.width() {
+                if m.width() > inner.width {
                     return Err(RedundancyError::Config(format!(
                         "{m} needs {} devices per group; the layout has {}",
                         m.width(),
-                        inner.layout.width()
+                        inner.width
                     )));
                 }
                 m
@@ -369,11 +387,12 @@ impl Manager {
     ) -> Result<(Vec<u8>, u64)> {
         let inner = &self.inner;
         inner.check_key(key)?;
-        let place = inner.layout.place(key);
+        let epochs = inner.epochs();
+        let place = epochs.layout.place(key);
         // Whether to look at the source is decided before the first look: a move that ends
         // during it leaves the key at the target, and one that ended before the read began
         // left nothing at the source.
-        let moved_from = inner.moved_from(key);
+        let moved_from = inner.moved_from(&epochs, key);
         let found = self.get_at(key, range, guess, &place).await;
         if !matches!(found, Err(RedundancyError::NotFound { .. })) {
             return found;
@@ -488,7 +507,8 @@ impl Manager {
         inner.check_key(key)?;
         let _guard = inner.lock(key).await;
         inner.relocate_locked(key).await?;
-        let place = inner.layout.place(key);
+        let epochs = inner.epochs();
+        let place = epochs.layout.place(key);
         let repairs = inner.io.counters.repairs.load(Ordering::Relaxed);
         let Some(first) = inner.slow_segment(key, 0, &place, None).await? else {
             inner.forget(key);
@@ -531,12 +551,13 @@ impl Manager {
         if matches!(prev.mechanism, Mechanism::Pack { .. }) {
             inner.retire_packed(key, &prev).await;
         }
-        let place = inner.layout.place(key);
+        let epochs = inner.epochs();
+        let place = epochs.layout.place(key);
         let skey = segment_key(key, 0, prev.version);
         let writing = inner.writing(key, Writing::Delete);
         // Every position, not only the mechanism's: an earlier mechanism's leftovers may wait
         // there for a sync.
-        let res = join_all((0..inner.layout.width()).map(|i| {
+        let res = join_all((0..inner.width).map(|i| {
             let d = place.device(i);
             let skey = &skey;
             async move { (d, inner.io.delete(d, skey).await) }
@@ -609,7 +630,8 @@ impl Manager {
         let inner = &self.inner;
         inner.check_key(key)?;
         // Decided before the first look, as for a read (`get_guessing`).
-        let moved_from = inner.moved_from(key);
+        let epochs = inner.epochs();
+        let moved_from = inner.moved_from(&epochs, key);
         let found = inner.meta(key).await?;
         if found.is_some() {
             return Ok(found);
@@ -620,7 +642,7 @@ impl Manager {
         let _guard = inner.lock(key).await;
         match inner.meta_at(key, &old).await? {
             Some(m) => Ok(Some(m)),
-            None => inner.meta_at(key, &inner.layout.place(key)).await,
+            None => inner.meta_at(key, &epochs.layout.place(key)).await,
         }
     }
 
@@ -682,14 +704,12 @@ pub(crate) fn mechanism_of(h: &PieceHeader) -> Option<Mechanism> {
 /// The slot (ring offset from the key's rotation, what indexes a scan of the group) where a
 /// copy, shard or hashed piece belongs, by its index and the layout's piece order; `None` for
 /// an index past its mechanism's pieces and for packed pieces (whose index is their set slot).
-pub(crate) fn slot_of(layout: &Layout, h: &PieceHeader) -> Option<usize> {
+pub(crate) fn slot_of(order: PieceOrder, width: usize, h: &PieceHeader) -> Option<usize> {
     let mech = mechanism_of(h)?;
-    let (index, pieces, width) = (h.index as usize, mech.pieces(), layout.width());
+    let (index, pieces) = (h.index as usize, mech.pieces());
     match h.kind {
         PieceKind::Member | PieceKind::Pointer => None,
-        _ if index < pieces && pieces <= width => {
-            Some(layout.piece_order().shard(index, pieces, width))
-        }
+        _ if index < pieces && pieces <= width => Some(order.shard(index, pieces, width)),
         _ => None,
     }
 }
@@ -786,6 +806,11 @@ impl Inner {
         c.insert(key.to_vec(), meta);
     }
 
+    /// The layouts as they are now; an operation holds them while it works.
+    pub(crate) fn epochs(&self) -> Arc<Epochs> {
+        self.epochs.read().unwrap().clone()
+    }
+
     pub(crate) fn forget(&self, key: &[u8]) {
         self.cache.lock().unwrap().remove(key);
     }
@@ -796,7 +821,7 @@ impl Inner {
         if let Some(m) = self.cached(key) {
             return Ok(Some(m));
         }
-        self.meta_at(key, &self.layout.place(key)).await
+        self.meta_at(key, &self.epochs().layout.place(key)).await
     }
 
     /// What `place` holds under `key` (the cache not asked): segment 0's header on the

@@ -630,7 +630,7 @@ impl Inner {
     /// dead-member key, so its set still decodes the others. Best effort: a member that cannot be
     /// read now is rebuilt from its set by scrub or rebuild.
     pub(crate) async fn retire_packed(&self, key: &[u8], prev: &ObjectMeta) {
-        self.retire_packed_at(key, prev, &self.layout.place(key))
+        self.retire_packed_at(key, prev, &self.epochs().layout.place(key))
             .await
     }
 

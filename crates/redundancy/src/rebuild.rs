@@ -109,7 +109,8 @@ impl Manager {
         inner.io.replace(device, replacement);
         let mut peers: BTreeSet<usize> = BTreeSet::new();
         // While objects move between epochs, the device's groups in both layouts.
-        for layout in std::iter::once(&inner.layout).chain(inner.source.as_ref()) {
+        let epochs = inner.epochs();
+        for layout in std::iter::once(&epochs.layout).chain(epochs.source.as_ref()) {
             for g in layout.groups_of(device) {
                 peers.extend(layout.group(g));
             }
@@ -207,6 +208,7 @@ impl Inner {
         let mut later_keys: HashMap<Vec<u8>, Vec<LaterKey>> = HashMap::new();
         let mut sets: HashSet<u64> = HashSet::new();
         let mut set_items: Vec<(u64, usize, Vec<u8>)> = Vec::new();
+        let epochs = self.epochs();
         for &d in &walk {
             self.walk_device(d, Vec::new(), progress, |entries| {
                 for e in entries {
@@ -228,9 +230,9 @@ impl Inner {
                         None => continue,
                     };
                     let relevant = target.is_none_or(|t| {
-                        self.layout.place(&user_key).devices().any(|x| x == t)
+                        epochs.layout.place(&user_key).devices().any(|x| x == t)
                             || self
-                                .moved_from(&user_key)
+                                .moved_from(&epochs, &user_key)
                                 .is_some_and(|old| old.devices().any(|x| x == t))
                     });
                     if relevant {
@@ -346,7 +348,8 @@ impl Inner {
         // During a move an object is healed where it goes (and `later` keys of its old
         // version are gone with the move).
         self.relocate_locked(key).await?;
-        let place = self.layout.place(key);
+        let epochs = self.epochs();
+        let place = epochs.layout.place(key);
         let found = self.slow_segment(key, 0, &place, None).await?;
         let current = found.as_ref().map(|r| r.version);
         let mut staged_current = Vec::new();
@@ -368,7 +371,7 @@ impl Inner {
             // Leftovers of an incomplete write or delete: roll it back (or forward) to absent.
             self.forget(key);
             let skey = crate::format::segment_key(key, 0, 0);
-            for pos in 0..self.layout.width() {
+            for pos in 0..self.width {
                 let d = place.device(pos);
                 if !self.io.is_failed(d) {
                     let _ = self.io.delete(d, &skey).await;
@@ -394,7 +397,8 @@ impl Inner {
     }
 
     async fn rebuild_object_fast(&self, key: &[u8], target: usize) -> Option<()> {
-        let place = self.layout.place(key);
+        let epochs = self.epochs();
+        let place = epochs.layout.place(key);
         let hint = self.cached(key).map(|m| m.mechanism);
         let first = self.fast_segment(key, 0, &place, hint, None).await?;
         if first.set.is_some() {
@@ -440,7 +444,8 @@ impl Inner {
     ) -> Option<(usize, bool, bool)> {
         // Descriptor copies live on devices of the same group as the device the set was seen on.
         let mut candidates: Vec<usize> = vec![found_on];
-        for layout in std::iter::once(&self.layout).chain(self.source.as_ref()) {
+        let epochs = self.epochs();
+        for layout in std::iter::once(&epochs.layout).chain(epochs.source.as_ref()) {
             for g in layout.groups_of(found_on) {
                 candidates.extend(layout.group(g));
             }

@@ -23,7 +23,7 @@
 
 use crate::error::{RedundancyError, Result};
 use crate::format::{parse_device_key, segment_key, DeviceKey};
-use crate::manager::{Inner, Manager, ObjectMeta, Resolved};
+use crate::manager::{Epochs, Inner, Manager, ObjectMeta, Resolved};
 use crate::mechanism::Mechanism;
 use crate::rebuild::{RepairOptions, RepairProgress};
 use futures_util::future::join_all;
@@ -32,6 +32,7 @@ use railstore_device::purpose::background;
 use railstore_placement::{Layout, Placement};
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -59,24 +60,25 @@ pub struct MoveReport {
 
 impl Inner {
     /// Where `key` was before the move, while a move runs and the key's group changed.
-    pub(crate) fn moved_from(&self, key: &[u8]) -> Option<Placement<'_>> {
+    pub(crate) fn moved_from<'a>(&self, epochs: &'a Epochs, key: &[u8]) -> Option<Placement<'a>> {
         if !self.moving.load(Ordering::Acquire) {
             return None;
         }
-        let source = self.source.as_ref()?;
+        let source = epochs.source.as_ref()?;
         let old = source.place(key);
-        (old.group() != self.layout.place(key).group()).then_some(old)
+        (old.group() != epochs.layout.place(key).group()).then_some(old)
     }
 
     /// Moves `key` from its source placement to its target one when a move runs and the
     /// source still holds it. The caller holds the key's lock. Returns the bytes written at
     /// the target (0 when nothing needed writing).
     pub(crate) async fn relocate_locked(&self, key: &[u8]) -> Result<u64> {
-        let Some(old) = self.moved_from(key) else {
+        let epochs = self.epochs();
+        let Some(old) = self.moved_from(&epochs, key) else {
             return Ok(0);
         };
         let skey = segment_key(key, 0, 0);
-        let width = self.layout.width();
+        let width = self.width;
         // Index lookups only: the common case (moved already, or never there) costs no read.
         // A device out of service cannot answer, and what it holds cannot be read either.
         let held = join_all((0..width).map(|i| {
@@ -93,7 +95,7 @@ impl Inner {
             self.delete_at(key, &old, None).await?;
             return Ok(0);
         };
-        let new = self.layout.place(key);
+        let new = epochs.layout.place(key);
         let written = if self.settled_at(key, &new).await? {
             // A crash came between the two halves of an earlier move: the target's is newer,
             // and now whole and durable.
@@ -127,7 +129,7 @@ impl Inner {
         let skey = segment_key(key, 0, 0);
         let there =
             join_all(
-                (0..self.layout.width()).map(|i| {
+                (0..self.width).map(|i| {
                     let d = place.device(i);
                     let skey = &skey;
                     async move {
@@ -145,12 +147,8 @@ impl Inner {
         let later = self.later_segments(key, place, &first).await?;
         let segments: Vec<&Resolved> = std::iter::once(&first).chain(&later).collect();
         self.secure_packed(key, place, &segments).await?;
-        self.sync_shared(
-            place
-                .of_pieces(first.mechanism.span(self.layout.width()))
-                .devices(),
-        )
-        .await?;
+        self.sync_shared(place.of_pieces(first.mechanism.span(self.width)).devices())
+            .await?;
         Ok(true)
     }
 
@@ -162,7 +160,7 @@ impl Inner {
         place: &Placement<'_>,
         prev: Option<&ObjectMeta>,
     ) -> Result<()> {
-        let mut deletes: Vec<(usize, Vec<u8>)> = (0..self.layout.width())
+        let mut deletes: Vec<(usize, Vec<u8>)> = (0..self.width)
             .map(|i| (place.device(i), segment_key(key, 0, 0)))
             .collect();
         if let Some(p) = prev {
@@ -193,12 +191,62 @@ impl Inner {
 
 impl Manager {
     /// The move running, if any, and the layout objects move out of.
-    pub fn moving(&self) -> Option<(Move, &Layout)> {
+    pub fn moving(&self) -> Option<(Move, Arc<Layout>)> {
         let inner = &self.inner;
         if !inner.moving.load(Ordering::Acquire) {
             return None;
         }
-        Some((inner.config.moving?, inner.source.as_ref()?))
+        let epochs = inner.epochs();
+        Some((epochs.moving?, epochs.source.clone()?))
+    }
+
+    /// Starts a drain while the array serves: from now on objects are written by the layout
+    /// before the last epoch, and found under either until the move is done (the caller has
+    /// recorded the drain where the next open reads it, and runs [`Manager::relocate_all`]).
+    /// Returns once no operation still places objects by the layouts before the switch, so
+    /// the walk of a move started after it finds whatever they wrote. Refused while a move
+    /// runs and when the layout has one epoch.
+    pub async fn start_drain(&self) -> Result<()> {
+        let inner = &self.inner;
+        let before = {
+            let mut cell = inner.epochs.write().unwrap();
+            if cell.source.is_some() && inner.moving.load(Ordering::Acquire) {
+                return Err(RedundancyError::Config("a move is running already".into()));
+            }
+            if cell.moving == Some(Move::Drain) {
+                // Its layout is the one kept; the drained epoch goes at the next clean stop.
+                return Err(RedundancyError::Config(
+                    "the last epoch is drained already".into(),
+                ));
+            }
+            let Some(kept) = cell.layout.previous() else {
+                return Err(RedundancyError::Config(
+                    "the layout has one epoch: there is nothing to drain".into(),
+                ));
+            };
+            let drained = cell.layout.clone();
+            // Set first: an operation that takes the new layouts must look at the source.
+            inner.moving.store(true, Ordering::Release);
+            std::mem::replace(
+                &mut *cell,
+                Arc::new(Epochs {
+                    layout: Arc::new(kept),
+                    source: Some(drained),
+                    moving: Some(Move::Drain),
+                }),
+            )
+        };
+        // Operations hold the layouts they took until they end.
+        let waiting = Instant::now();
+        let mut told = false;
+        while Arc::strong_count(&before) > 1 {
+            if !told && waiting.elapsed() > Duration::from_secs(10) {
+                tracing::info!("a drain waits for operations that started before it");
+                told = true;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        Ok(())
     }
 
     /// Moves `key` to its target placement now if a move runs and it is still at its source;
@@ -233,9 +281,10 @@ impl Manager {
         };
         // The devices that can hold a key that moves: every old one for a grow (any old group
         // may lose keys), the drained ones for a drain (only their groups lose keys).
+        let epochs = inner.epochs();
         let walk: Vec<usize> = match direction {
             Move::Grow => (0..source.devices()).collect(),
-            Move::Drain => (inner.layout.devices()..source.devices()).collect(),
+            Move::Drain => (epochs.layout.devices()..source.devices()).collect(),
         };
         let mut keys: BTreeSet<Vec<u8>> = BTreeSet::new();
         for d in walk.into_iter().filter(|&d| !inner.io.is_failed(d)) {
@@ -244,7 +293,7 @@ impl Manager {
                     for e in entries {
                         if let Some(DeviceKey::Segment { user_key, .. }) = parse_device_key(&e.key)
                         {
-                            if inner.moved_from(&user_key).is_some() {
+                            if inner.moved_from(&epochs, &user_key).is_some() {
                                 keys.insert(user_key);
                             }
                         }

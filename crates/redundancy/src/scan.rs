@@ -181,7 +181,8 @@ impl Manager {
         if s.version.replace(h.version).is_some_and(|v| v != h.version) {
             return false;
         }
-        let place = inner.layout.place(key).of_pieces(mech.pieces());
+        let epochs = inner.epochs();
+        let place = epochs.layout.place(key).of_pieces(mech.pieces());
         let placed = |positions: std::ops::RangeInclusive<usize>| {
             positions.into_iter().any(|i| place.device(i) == d)
         };

@@ -157,7 +157,7 @@ impl Inner {
                         if let Ok((h, payload)) = PieceHeader::decode(&bytes) {
                             if h.version == version
                                 && h.segment == 0
-                                && slot_of(&self.layout, &h) == Some(pos)
+                                && slot_of(self.piece_order, self.width, &h) == Some(pos)
                             {
                                 pieces.push((
                                     pos,

@@ -29,7 +29,8 @@ impl Inner {
         let segments = value.len().div_ceil(seg_bytes).max(1);
         let segments_u32 = u32::try_from(segments)
             .map_err(|_| RedundancyError::Config("object needs too many segments".into()))?;
-        let place = self.layout.place(key);
+        let epochs = self.epochs();
+        let place = epochs.layout.place(key);
         // Later segments first, under keys of their own version, and durable before segment 0
         // names them: a crash leaves either the old object whole or the new one whole.
         for s in (1..segments).chain([0]) {
@@ -55,8 +56,7 @@ impl Inner {
             self.write_segment(key, &place, mech, head, data, prev.map(|p| p.mechanism))
                 .await?;
             if s + 1 == segments && segments > 1 {
-                self.sync_positions(&place, mech.span(self.layout.width()))
-                    .await?;
+                self.sync_positions(&place, mech.span(self.width)).await?;
             }
         }
         if let Some(p) = prev {

@@ -395,7 +395,8 @@ async fn corrupt_pieces(
     for k in model.keys() {
         let meta = m.meta(k).await.unwrap().unwrap();
         let tol = meta.mechanism.tolerance();
-        let place = m.layout().place(k).of_pieces(meta.mechanism.pieces());
+        let layout = m.layout();
+        let place = layout.place(k).of_pieces(meta.mechanism.pieces());
         let mut positions: Vec<usize> = (0..meta.mechanism.pieces()).collect();
         for _ in 0..tol {
             let pos = positions.remove(rng.gen_range(0..positions.len()));
@@ -1052,14 +1053,16 @@ async fn a_slow_reader_is_bypassed_by_a_spare_reader() {
                     );
                     m.devices().set_read_plan(Arc::new(plan));
                     let held = Mechanism::parse(mech).unwrap().pieces();
-                    let place = m.layout().place(&key).of_pieces(held);
+                    let layout = m.layout();
+                    let place = layout.place(&key).of_pieces(held);
                     (0..held)
                         .filter(|&p| m.devices().prefers(place.device(p)))
                         .count()
                         == readers_wanted
                 })
                 .expect("a window with one spare reader");
-            let place = m.layout().place(&key);
+            let layout = m.layout();
+            let place = layout.place(&key);
             // The device the fast read asks first: the lowest position on a reader.
             let first = (0..6)
                 .map(|p| place.device(p))

@@ -428,9 +428,42 @@ async fn a_power_loss_during_a_move_loses_no_synced_write() {
 /// but only once the test lets them go, one permit each; counts the reads held so far.
 struct HeldReads {
     inner: Arc<dyn Device>,
+    holds: Holds,
+}
+
+/// What the test and its [`HeldReads`] devices share.
+#[derive(Clone)]
+struct Holds {
     held: Arc<std::sync::atomic::AtomicBool>,
     arrived: Arc<std::sync::atomic::AtomicUsize>,
     permits: Arc<tokio::sync::Semaphore>,
+}
+
+impl Holds {
+    fn new() -> Holds {
+        Holds {
+            held: Arc::default(),
+            arrived: Arc::default(),
+            permits: Arc::new(tokio::sync::Semaphore::new(0)),
+        }
+    }
+
+    /// `devices` with those from `first` on wrapped so that their reads can be held.
+    fn wrap(&self, devices: Vec<Arc<dyn Device>>, first: usize) -> Vec<Arc<dyn Device>> {
+        devices
+            .into_iter()
+            .enumerate()
+            .map(|(d, inner)| {
+                if d < first {
+                    return inner;
+                }
+                Arc::new(HeldReads {
+                    inner,
+                    holds: self.clone(),
+                }) as Arc<dyn Device>
+            })
+            .collect()
+    }
 }
 
 #[async_trait::async_trait]
@@ -450,9 +483,10 @@ impl Device for HeldReads {
     ) -> railstore_device::Result<railstore_device::Retrieved> {
         use std::sync::atomic::Ordering::SeqCst;
         let answer = self.inner.retrieve(key, range).await;
-        if self.held.load(SeqCst) {
-            self.arrived.fetch_add(1, SeqCst);
-            self.permits.acquire().await.unwrap().forget();
+        let h = &self.holds;
+        if h.held.load(SeqCst) {
+            h.arrived.fetch_add(1, SeqCst);
+            h.permits.acquire().await.unwrap().forget();
         }
         answer
     }
@@ -498,24 +532,13 @@ async fn a_read_that_overlaps_the_end_of_a_move_finds_its_key() {
     m.sync().await.unwrap();
     drop(m);
 
-    let held = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let arrived = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let permits = Arc::new(tokio::sync::Semaphore::new(0));
-    let devices: Vec<Arc<dyn Device>> = as_devices(&mems)
-        .into_iter()
-        .enumerate()
-        .map(|(d, inner)| {
-            if d < 6 {
-                return inner;
-            }
-            Arc::new(HeldReads {
-                inner,
-                held: held.clone(),
-                arrived: arrived.clone(),
-                permits: permits.clone(),
-            }) as Arc<dyn Device>
-        })
-        .collect();
+    let holds = Holds::new();
+    let Holds {
+        held,
+        arrived,
+        permits,
+    } = holds.clone();
+    let devices = holds.wrap(as_devices(&mems), 6);
     let m = Manager::open(devices, config(&policy, &[6], Some(Move::Grow)))
         .await
         .unwrap();
@@ -564,4 +587,76 @@ async fn a_read_that_overlaps_the_end_of_a_move_finds_its_key() {
     permits.add_permits(1000);
     let (got, _) = reader.await.unwrap().expect("the key is found");
     assert_eq!(got, key);
+}
+
+/// A drain started while the array serves (`Manager::start_drain`) returns only once the
+/// operations that placed keys by the layout before it have ended: a move started after it
+/// would otherwise walk the drained devices before such a write landed there, or delete what
+/// such a read is about to read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_online_drain_waits_for_operations_placed_by_the_layout_before_it() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let policy = Policy::Standalone(Mechanism::parse("rep3").unwrap());
+    let holds = Holds::new();
+    let Holds {
+        held,
+        arrived,
+        permits,
+    } = holds.clone();
+    let devices = holds.wrap(as_devices(&mem_devices(12)), 6);
+    let m = Manager::open(devices, config(&policy, &[6], None))
+        .await
+        .unwrap();
+    let keys: Vec<Vec<u8>> = (0..40).map(|i| format!("k{i:03}").into_bytes()).collect();
+    for k in &keys {
+        m.put(k, k, StoreMode::Upsert, None).await.unwrap();
+    }
+    m.sync().await.unwrap();
+    let whole = m.layout();
+    let kept = whole.previous().unwrap();
+    let key = keys
+        .iter()
+        .find(|k| kept.place(k).group() != whole.place(k).group())
+        .expect("a key on the drained devices")
+        .clone();
+
+    held.store(true, SeqCst);
+    let reader = {
+        let (m, key) = (m.clone(), key.clone());
+        tokio::spawn(async move { m.get(&key, ReadRange::ALL).await })
+    };
+    while arrived.load(SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let drain = {
+        let m = m.clone();
+        tokio::spawn(async move { m.start_drain().await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!drain.is_finished(), "the drain did not wait for the read");
+    assert!(m.moving().is_some(), "operations from now on see the drain");
+    held.store(false, SeqCst);
+    permits.add_permits(1000);
+    let (got, _) = reader.await.unwrap().expect("the key is found");
+    assert_eq!(got, key);
+    drain.await.unwrap().unwrap();
+    assert_eq!(m.layout().devices(), 6);
+    let e = m.start_drain().await.unwrap_err();
+    assert!(e.to_string().contains("already"), "{e}");
+
+    let report = m
+        .relocate_all(RepairOptions::default(), &RepairProgress::default())
+        .await
+        .unwrap();
+    assert!(
+        report.objects_moved > 0 && report.failed.is_empty(),
+        "{report:?}"
+    );
+    m.finish_move();
+    for k in &keys {
+        let (got, _) = m.get(k, ReadRange::ALL).await.unwrap();
+        assert_eq!(&got, k);
+    }
+    let e = m.start_drain().await.unwrap_err();
+    assert!(e.to_string().contains("drained already"), "{e}");
 }

@@ -208,6 +208,10 @@ pub enum Online {
     FailReplace(usize),
     /// A scrub runs while the operations do; the step ends when it has.
     Scrub,
+    /// `railstore device remove`: the last grow's devices are drained while the operations
+    /// run (refused when the array is not grown or a move runs); the step ends when the
+    /// drain's move has, and the next clean stop takes the devices out.
+    Drain,
 }
 
 /// One step: operations at once, maybe a fault among them, maybe a stop after them.
@@ -658,6 +662,7 @@ fn online_action(rng: &mut ChaCha8Rng, b: &Budget) -> Option<Online> {
             ))
         }
         6..=9 => Some(Online::Scrub),
+        10..=13 => Some(Online::Drain),
         _ => None,
     }
 }

@@ -28,6 +28,7 @@ use crate::error::{Result, StoreError};
 use crate::identity::{write_durably, ArrayIdentity};
 use crate::open::{lock_data_dir, remove_durably, LAYOUT_FILE};
 use crate::store::{Inner, Store, CLEAN_MARKER};
+use crate::RepairStatus;
 use railstore_device::Device;
 use railstore_placement::Layout;
 use railstore_redundancy::{Move, RedundancyError, RepairOptions, RepairProgress, RepairReport};
@@ -356,6 +357,69 @@ impl Store {
         };
         record_move(&config.data_dir, Move::Drain, saved.epochs())?;
         Ok(previous.devices()..saved.devices())
+    }
+
+    /// [`Store::drain_offline`] while the array serves (`railstore device remove`): the drain
+    /// is recorded, objects are written to the earlier epochs' devices from now on (and found
+    /// under either layout until they have moved), and the move starts as the store's
+    /// background run; the clean shutdown after it removes the drained devices. Refused while
+    /// a rebuild, scrub or move runs. Returns the move's status; [`Store::drain_target`]
+    /// names the devices drained.
+    pub async fn drain_online(&self) -> Result<RepairStatus> {
+        let inner = &self.inner;
+        if inner.closing.load(Ordering::SeqCst) {
+            return Err(StoreError::ShuttingDown);
+        }
+        {
+            let _one_at_a_time = inner.repair_ops.lock().await;
+            if let Some(r) = self.repair_status().filter(|r| r.running) {
+                return Err(StoreError::Conflict(format!(
+                    "a {} is running: drain once it is done (railstore repair status)",
+                    r.kind
+                )));
+            }
+            if inner.drained.load(Ordering::SeqCst) {
+                return Err(StoreError::Conflict(
+                    "the last epoch is drained already: its devices leave the array at the next \
+                     clean shutdown"
+                        .into(),
+                ));
+            }
+            if inner.manager.moving().is_some() {
+                return Err(StoreError::Conflict(
+                    "a move between layout epochs is under way: drain once it is done".into(),
+                ));
+            }
+            let layout = inner.manager.layout();
+            if layout.previous().is_none() {
+                return Err(StoreError::InvalidArgument(
+                    "the array was never grown: there is no epoch of devices to drain".into(),
+                ));
+            }
+            // Recorded first: from the switch on, writes go where only a drain's open looks.
+            record_move(&inner.config.data_dir, Move::Drain, layout.epochs())?;
+            inner.manager.start_drain().await?;
+        }
+        tracing::info!(
+            devices = ?self.drain_target(),
+            "draining the last epoch's devices while serving"
+        );
+        self.start_move_schedule();
+        self.repair_status().ok_or_else(|| {
+            StoreError::Conflict("the drain is recorded; its move starts shortly".into())
+        })
+    }
+
+    /// The devices a drain (running, or done and awaiting the clean shutdown) takes out of
+    /// the array; empty when no drain was started.
+    pub fn drain_target(&self) -> std::ops::Range<usize> {
+        match self.inner.manager.moving() {
+            Some((Move::Drain, source)) => self.inner.manager.layout().devices()..source.devices(),
+            _ if self.inner.drained.load(Ordering::SeqCst) => {
+                self.inner.manager.layout().devices()..self.inner.devices.len()
+            }
+            _ => 0..0,
+        }
     }
 
     /// Starts the recorded move in the background, once the index has loaded (`open.rs`): at

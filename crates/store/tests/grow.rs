@@ -289,6 +289,55 @@ async fn an_array_grows_and_drains_while_a_client_works() {
     close(store).await;
 }
 
+/// `railstore device remove`: a grown array drains while it serves. The switch to the kept
+/// layout happens under a client's load; a shutdown in the middle of the move leaves it to
+/// the next start (the drain was recorded); the clean shutdown after it removes the devices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_array_drains_while_it_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let model = filled(&cfg).await;
+    let store = Store::open(cfg.clone()).await.unwrap();
+    let e = store.drain_online().await.unwrap_err();
+    assert!(e.to_string().contains("never grown"), "{e}");
+    close(store).await;
+    Store::grow_offline(cfg.clone(), 6, vec![]).await.unwrap();
+    let store = Store::open(cfg.clone()).await.unwrap();
+    let e = store.drain_online().await.unwrap_err();
+    assert!(e.to_string().contains("is running"), "{e}");
+    move_with_client(&store, &model, "grow").await;
+    assert_eq!(store.drain_target(), 0..0);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let c = client(store.clone(), model.clone(), stop.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = store.drain_online().await.unwrap();
+    assert_eq!(started.kind, "drain");
+    assert_eq!(store.drain_target(), 6..12);
+    assert!(dir.path().join("moving").exists());
+    let e = store.drain_online().await.unwrap_err();
+    assert!(e.to_string().contains("is running"), "{e}");
+    move_under_way(&store).await;
+    stop.store(true, Ordering::SeqCst);
+    assert!(c.await.unwrap() > 0);
+    check_all(&store, &model, "draining online").await;
+    close(store).await;
+
+    // The next start goes on with it; the clean shutdown after it takes the devices out.
+    let store = Store::open(cfg.clone()).await.unwrap();
+    assert_eq!(store.drain_target(), 6..12);
+    move_with_client(&store, &model, "drain").await;
+    let e = store.drain_online().await.unwrap_err();
+    assert!(e.to_string().contains("drained already"), "{e}");
+    check_all(&store, &model, "drained online").await;
+    close(store).await;
+    let store = Store::open(cfg.clone()).await.unwrap();
+    assert_eq!(store.manager().devices().len(), 6);
+    check_all(&store, &model, "drained online, reopened").await;
+    close(store).await;
+    assert!(!dir.path().join("devices/6").exists());
+}
+
 /// A grow cut by a crash before its layout named the added devices did not happen: the next
 /// open forgets them, and so does a grow made again (their folders cleared) without an open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

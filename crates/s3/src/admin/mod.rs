@@ -11,6 +11,9 @@
 //! - `POST /admin/v1/devices/N/replace[?path=P]`: rebuilds failed device N onto an empty device
 //!   at its place, or at absolute path P (recorded: the device lives there from then on), in
 //!   the background (202, the rebuild's status).
+//! - `POST /admin/v1/devices/remove`: drains the devices the last grow added while serving:
+//!   their objects move to the others in the background (202: `removing`, the devices, and
+//!   `repair`, the move's status); they leave the array at the next clean shutdown.
 //! - `POST /admin/v1/scrub`: verifies every object and set in the background (202).
 //! - `GET /admin/v1/repair`: the rebuild or scrub running or last run (404 when none ran).
 //! - `/admin/v1/volumes…`: block volumes ([`volumes`]).
@@ -100,6 +103,16 @@ async fn operation<B>(admin: &Admin<'_>, req: &Request<B>) -> Response<Bytes> {
         },
         (&Method::POST, ["scrub"]) => match store.start_scrub("requested").await {
             Ok(r) => json(StatusCode::ACCEPTED, &r),
+            Err(e) => store_error(&e),
+        },
+        (&Method::POST, ["devices", "remove"]) => match store.drain_online().await {
+            Ok(r) => json(
+                StatusCode::ACCEPTED,
+                &serde_json::json!({
+                    "removing": store.drain_target().collect::<Vec<usize>>(),
+                    "repair": r,
+                }),
+            ),
             Err(e) => store_error(&e),
         },
         (&Method::POST, ["devices", n, op]) => {

@@ -1,6 +1,6 @@
 //! Operators' actions on the running store during a step (plan::Online): a device failed by
-//! request and replaced by an empty one that is rebuilt while the step's operations run, or a
-//! scrub while they run. The step ends when the rebuild or scrub has; what it reports is
+//! request and replaced by an empty one that is rebuilt while the step's operations run, a
+//! scrub while they run, or the last grow's devices drained while they run. The step ends when the rebuild or scrub has; what it reports is
 //! checked, and the checks after the step find every object as the model has it.
 
 use super::{Flow, World, LIMIT};
@@ -74,6 +74,24 @@ impl World<'_> {
                     }
                 }
             }
+            Online::Drain => {
+                match live.rt.block_on(async move { store.drain_online().await }) {
+                    Ok(_) => {
+                        self.stats.fault("online-drain");
+                        self.log("online drain started");
+                        true
+                    }
+                    // Not grown, a move or repair running, or drained already.
+                    Err(e @ (StoreError::Conflict(_) | StoreError::InvalidArgument(_))) => {
+                        self.log(format!("online drain refused: {e}"));
+                        false
+                    }
+                    Err(e) => {
+                        self.violation(Kind::Other, format!("starting a drain failed: {e}"));
+                        false
+                    }
+                }
+            }
         }
     }
 
@@ -87,10 +105,11 @@ impl World<'_> {
         let what = match action {
             Online::FailReplace(d) => format!("the online rebuild of device {d}"),
             Online::Scrub => "the online scrub".to_string(),
+            Online::Drain => "the online drain's move".to_string(),
         };
         let kind = match action {
             Online::FailReplace(_) => Kind::Rebuild,
-            Online::Scrub => Kind::Other,
+            Online::Scrub | Online::Drain => Kind::Other,
         };
         match ended {
             Err(_) => self.violation(kind, format!("{what} is stuck")),
