@@ -6,11 +6,15 @@
 //! 2. the server stopped, the array grown by a width of devices (`Store::grow_offline`), the
 //!    server started again: the load runs while the objects move (the configured throttle);
 //! 3. the load alone again on the grown array;
-//! 4. the server stopped, the added devices drained (`Store::drain_offline`), started: the
-//!    drain's move with no load; stopped and started once more on the first epoch's devices.
+//! 4. the added devices drained while the server serves (`Store::drain_online`, what
+//!    `railstore device remove` asks for): the load runs while the objects move back; then
+//!    the server is stopped (the clean shutdown takes the devices out) and started once more on
+//!    the first epoch's devices.
 //!
 //! It reports the share of the array's keys each move moved, their rates, GET latency of each
-//! load run, and the load's errors (every GET checks its object's length: none may fail).
+//! load run, how long the online drain took to start (it waits for the operations placed by
+//! the layout before it), and the load's errors (every GET checks its object's length: none
+//! may fail).
 
 use crate::repair_bench_cmd::{load_figures, LoadFigures, UnderLoad};
 use crate::s3_bench_cmd::{describe_store, InProcess};
@@ -88,6 +92,8 @@ pub struct GrowBenchReport {
     pub get_p99_ratio: f64,
     /// Share of the loaded run's time the move was running.
     pub overlap: f64,
+    /// How long `Store::drain_online` took under the load (the switch of layouts).
+    pub drain_start_ms: f64,
 }
 
 fn move_figures(s: &RepairStatus, keys: u64, before: usize, after: usize) -> MoveFigures {
@@ -180,30 +186,36 @@ async fn measure(
     let store = Store::open(cfg.clone())
         .await
         .context("opening the grown store")?;
-    let (during, grow, after) = serving(store, async |store, server| {
-        session.reconnect(&server.endpoint).await?;
-        let keys = store.manager().keys(b"").await?.len() as u64;
-        eprintln!("load while the objects move");
-        let during = session.run(load, Workload::Mixed).await?;
-        let status = moved(store).await?;
-        let grow = move_figures(&status, keys, n, n + width);
-        eprintln!("load alone ({} devices)", n + width);
-        let after = session.run(load, Workload::Mixed).await?;
-        Ok((during, grow, after))
-    })
-    .await?;
+    let (during, grow, after, draining, drain, drain_start_ms) =
+        serving(store, async |store, server| {
+            session.reconnect(&server.endpoint).await?;
+            let keys = store.manager().keys(b"").await?.len() as u64;
+            eprintln!("load while the objects move");
+            let during = session.run(load, Workload::Mixed).await?;
+            let status = moved(store).await?;
+            let grow = move_figures(&status, keys, n, n + width);
+            eprintln!("load alone ({} devices)", n + width);
+            let after = session.run(load, Workload::Mixed).await?;
 
-    eprintln!("draining the added devices");
-    Store::drain_offline(&cfg)?;
-    let store = Store::open(cfg.clone())
-        .await
-        .context("opening the draining store")?;
-    let drain = serving(store, async |store, _| {
-        let keys = store.manager().keys(b"").await?.len() as u64;
-        let status = moved(store).await?;
-        Ok(move_figures(&status, keys, n + width, n))
-    })
-    .await?;
+            eprintln!("draining the added devices while serving");
+            let keys = store.manager().keys(b"").await?.len() as u64;
+            let (draining, started) = {
+                let run = session.run(load, Workload::Mixed);
+                let start = async {
+                    // Under way before the drain starts.
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    let t = std::time::Instant::now();
+                    store.drain_online().await?;
+                    Ok::<_, anyhow::Error>(t.elapsed().as_secs_f64() * 1e3)
+                };
+                let (draining, started) = tokio::join!(run, start);
+                (draining?, started?)
+            };
+            let status = moved(store).await?;
+            let drain = move_figures(&status, keys, n + width, n);
+            Ok((during, grow, after, draining, drain, started))
+        })
+        .await?;
     let store = Store::open(cfg.clone())
         .await
         .context("opening the drained store")?;
@@ -217,6 +229,7 @@ async fn measure(
         load_figures(&format!("before ({n} devices)"), &before),
         load_figures("during the grow's move", &during),
         load_figures(&format!("after ({} devices)", n + width), &after),
+        load_figures("during the online drain's move", &draining),
     ];
     let errors: u64 = load_rows.iter().map(|l| l.errors).sum();
     if errors > 0 {
@@ -231,6 +244,7 @@ async fn measure(
         get_ratio: args.get_ratio,
         get_p99_ratio: load_rows[1].get_p99_us / load_rows[0].get_p99_us.max(1e-9),
         overlap: (grow.elapsed_s / during.elapsed_s.max(1e-9)).min(1.0),
+        drain_start_ms,
         load: load_rows,
         moves: vec![grow, drain],
     })
@@ -293,10 +307,12 @@ fn render(r: &GrowBenchReport) -> String {
     let _ = writeln!(
         out,
         "\nshare of the keys the grow moved: {:.3} (goal <= 0.55); GET p99 during its move / \
-         before: {:.2} (the move ran {:.0} % of that run); no request failed",
+         before: {:.2} (the move ran {:.0} % of that run); the online drain started in \
+         {:.1} ms under the load; no request failed",
         r.moves[0].share_moved,
         r.get_p99_ratio,
-        r.overlap * 100.0
+        r.overlap * 100.0,
+        r.drain_start_ms
     );
     out
 }

@@ -195,7 +195,7 @@ fn bench_grow_moves_half_the_keys_and_reports_every_figure() {
         "no table:\n{stderr}"
     );
     let load = r["load"].as_array().unwrap();
-    assert_eq!(load.len(), 3, "{r:#}");
+    assert_eq!(load.len(), 4, "{r:#}");
     for l in load {
         assert_eq!(l["errors"], 0, "{r:#}");
         assert!(l["get_p99_us"].as_f64().unwrap() > 0.0, "{r:#}");
@@ -209,6 +209,7 @@ fn bench_grow_moves_half_the_keys_and_reports_every_figure() {
     }
     assert_eq!(moves[0]["devices_after"], 12);
     assert_eq!(moves[1]["devices_after"], 6);
+    assert!(r["drain_start_ms"].as_f64().unwrap() >= 0.0, "{r:#}");
     // The temporary data folder is gone.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
