@@ -731,6 +731,16 @@ impl Inner {
         self.locks[h % KEY_LOCK_STRIPES].lock().await
     }
 
+    /// Every key's lock: no write is under way while they are held. Nothing holds two keys'
+    /// locks at once, so taking them all in order cannot deadlock.
+    pub(crate) async fn lock_all(&self) -> Vec<tokio::sync::MutexGuard<'_, ()>> {
+        let mut all = Vec::with_capacity(KEY_LOCK_STRIPES);
+        for l in &self.locks {
+            all.push(l.lock().await);
+        }
+        all
+    }
+
     pub(crate) fn next_version(&self) -> u64 {
         self.version.fetch_add(1, Ordering::SeqCst) + 1
     }

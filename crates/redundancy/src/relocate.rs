@@ -203,11 +203,17 @@ impl Manager {
     /// Starts a drain while the array serves: from now on objects are written by the layout
     /// before the last epoch, and found under either until the move is done (the caller has
     /// recorded the drain where the next open reads it, and runs [`Manager::relocate_all`]).
-    /// Returns once no operation still places objects by the layouts before the switch, so
-    /// the walk of a move started after it finds whatever they wrote. Refused while a move
+    /// The switch is made holding every key's lock (no write is placed partly by the old
+    /// layouts and partly by the new); it returns once no read holds the old layouts, so a
+    /// move started after it empties no drained device under a reader still looking there. Refused while a move
     /// runs and when the layout has one epoch.
     pub async fn start_drain(&self) -> Result<()> {
         let inner = &self.inner;
+        // No write straddles the switch: a write holds its key's lock from before it first
+        // places the key until it is done, and one that looked under the old layouts (finding
+        // nothing to move) and then wrote or deleted under the new ones would leave the old
+        // place as it was, for the move to bring back.
+        let no_writes = inner.lock_all().await;
         let before = {
             let mut cell = inner.epochs.write().unwrap();
             if cell.source.is_some() && inner.moving.load(Ordering::Acquire) {
@@ -236,7 +242,8 @@ impl Manager {
                 }),
             )
         };
-        // Operations hold the layouts they took until they end.
+        drop(no_writes);
+        // Reads hold the layouts they took until they end.
         let waiting = Instant::now();
         let mut told = false;
         while Arc::strong_count(&before) > 1 {

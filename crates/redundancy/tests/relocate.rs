@@ -660,3 +660,66 @@ async fn an_online_drain_waits_for_operations_placed_by_the_layout_before_it() {
     let e = m.start_drain().await.unwrap_err();
     assert!(e.to_string().contains("drained already"), "{e}");
 }
+
+/// A delete that began before an online drain and had not yet placed the key (its lookup of
+/// what the key holds was slow) ends before the drain's layouts are swapped in: without that,
+/// it deleted at the new place, the object stayed at the old one, and the move brought the
+/// deleted object back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_that_straddles_an_online_drain_stays_deleted() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let policy = Policy::Standalone(Mechanism::parse("rep3").unwrap());
+    let mems = mem_devices(12);
+    let m = Manager::open(as_devices(&mems), config(&policy, &[6], None))
+        .await
+        .unwrap();
+    let keys: Vec<Vec<u8>> = (0..40).map(|i| format!("k{i:03}").into_bytes()).collect();
+    for k in &keys {
+        m.put(k, k, StoreMode::Upsert, None).await.unwrap();
+    }
+    m.sync().await.unwrap();
+    let whole = m.layout();
+    let kept = whole.previous().unwrap();
+    let key = keys
+        .iter()
+        .find(|k| kept.place(k).group() != whole.place(k).group())
+        .expect("a key on the drained devices")
+        .clone();
+    drop(m);
+
+    // Reopened, so the delete's lookup of the key goes to the devices.
+    let holds = Holds::new();
+    let m = Manager::open(
+        holds.wrap(as_devices(&mems), 6),
+        config(&policy, &[6], None),
+    )
+    .await
+    .unwrap();
+    holds.held.store(true, SeqCst);
+    let delete = {
+        let (m, key) = (m.clone(), key.clone());
+        tokio::spawn(async move { m.delete(&key).await })
+    };
+    while holds.arrived.load(SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let drain = {
+        let m = m.clone();
+        tokio::spawn(async move { m.start_drain().await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    holds.held.store(false, SeqCst);
+    holds.permits.add_permits(1000);
+    assert!(delete.await.unwrap().unwrap(), "the key existed");
+    drain.await.unwrap().unwrap();
+    let report = m
+        .relocate_all(RepairOptions::default(), &RepairProgress::default())
+        .await
+        .unwrap();
+    assert!(report.failed.is_empty(), "{report:?}");
+    m.finish_move();
+    match m.get(&key, ReadRange::ALL).await {
+        Err(RedundancyError::NotFound { .. }) => {}
+        other => panic!("the deleted key is back: {other:?}"),
+    }
+}
