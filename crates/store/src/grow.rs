@@ -398,7 +398,11 @@ impl Store {
             }
             // Recorded first: from the switch on, writes go where only a drain's open looks.
             record_move(&inner.config.data_dir, Move::Drain, layout.epochs())?;
-            inner.manager.start_drain().await?;
+            if let Err(e) = inner.manager.start_drain().await {
+                // Not switched: the next start must not drain either.
+                remove_durably(&inner.config.data_dir.join(MOVING_FILE))?;
+                return Err(e.into());
+            }
         }
         tracing::info!(
             devices = ?self.drain_target(),
