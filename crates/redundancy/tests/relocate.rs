@@ -589,21 +589,10 @@ async fn a_read_that_overlaps_the_end_of_a_move_finds_its_key() {
     assert_eq!(got, key);
 }
 
-/// A drain started while the array serves (`Manager::start_drain`) returns only once the
-/// operations that placed keys by the layout before it have ended: a move started after it
-/// would otherwise walk the drained devices before such a write landed there, or delete what
-/// such a read is about to read.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_online_drain_waits_for_operations_placed_by_the_layout_before_it() {
-    use std::sync::atomic::Ordering::SeqCst;
+/// A rep3 manager over `devices` (twelve: six grown onto six, no move running) holding 40
+/// keys, synced; with the keys and one whose group a drain changes.
+async fn grown_with_keys(devices: Vec<Arc<dyn Device>>) -> (Manager, Vec<Vec<u8>>, Vec<u8>) {
     let policy = Policy::Standalone(Mechanism::parse("rep3").unwrap());
-    let holds = Holds::new();
-    let Holds {
-        held,
-        arrived,
-        permits,
-    } = holds.clone();
-    let devices = holds.wrap(as_devices(&mem_devices(12)), 6);
     let m = Manager::open(devices, config(&policy, &[6], None))
         .await
         .unwrap();
@@ -619,6 +608,23 @@ async fn an_online_drain_waits_for_operations_placed_by_the_layout_before_it() {
         .find(|k| kept.place(k).group() != whole.place(k).group())
         .expect("a key on the drained devices")
         .clone();
+    (m, keys, key)
+}
+
+/// A drain started while the array serves (`Manager::start_drain`) returns only once the
+/// operations that placed keys by the layout before it have ended: a move started after it
+/// would otherwise walk the drained devices before such a write landed there, or delete what
+/// such a read is about to read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_online_drain_waits_for_operations_placed_by_the_layout_before_it() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let holds = Holds::new();
+    let Holds {
+        held,
+        arrived,
+        permits,
+    } = holds.clone();
+    let (m, keys, key) = grown_with_keys(holds.wrap(as_devices(&mem_devices(12)), 6)).await;
 
     held.store(true, SeqCst);
     let reader = {
@@ -670,21 +676,7 @@ async fn a_delete_that_straddles_an_online_drain_stays_deleted() {
     use std::sync::atomic::Ordering::SeqCst;
     let policy = Policy::Standalone(Mechanism::parse("rep3").unwrap());
     let mems = mem_devices(12);
-    let m = Manager::open(as_devices(&mems), config(&policy, &[6], None))
-        .await
-        .unwrap();
-    let keys: Vec<Vec<u8>> = (0..40).map(|i| format!("k{i:03}").into_bytes()).collect();
-    for k in &keys {
-        m.put(k, k, StoreMode::Upsert, None).await.unwrap();
-    }
-    m.sync().await.unwrap();
-    let whole = m.layout();
-    let kept = whole.previous().unwrap();
-    let key = keys
-        .iter()
-        .find(|k| kept.place(k).group() != whole.place(k).group())
-        .expect("a key on the drained devices")
-        .clone();
+    let (m, _, key) = grown_with_keys(as_devices(&mems)).await;
     drop(m);
 
     // Reopened, so the delete's lookup of the key goes to the devices.
