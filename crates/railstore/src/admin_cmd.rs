@@ -318,6 +318,12 @@ fn what(r: &RepairStatus) -> String {
 }
 
 fn describe(r: &RepairStatus) -> String {
+    if r.queued {
+        return format!(
+            "{}: queued (starts once the index has loaded and no rebuild or scrub runs)",
+            what(r)
+        );
+    }
     let state = match (&r.error, r.running) {
         (_, true) => "running".to_string(),
         (None, false) => "finished".to_string(),

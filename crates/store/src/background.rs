@@ -49,8 +49,12 @@ pub(crate) struct RepairRun {
 /// A rebuild or scrub as `/status`, the admin API and `railstore repair status` show it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RepairStatus {
-    /// Still running.
+    /// Still running (or, with `queued`, about to).
     pub running: bool,
+    /// A recorded grow's or drain's move not started yet: it starts once the index has
+    /// loaded and no rebuild or scrub runs.
+    #[serde(default)]
+    pub queued: bool,
     /// What it does: `rebuild`, `scrub`, or the move of a `grow` or a `drain`.
     pub kind: String,
     /// The device rebuilt (none for a scrub).
@@ -106,6 +110,7 @@ impl RepairRun {
         let running = self.outcome.is_none();
         RepairStatus {
             running,
+            queued: false,
             kind: match self.kind {
                 RunKind::Rebuild(_) => "rebuild",
                 RunKind::Scrub => "scrub",
@@ -146,13 +151,46 @@ impl RepairRun {
 
 impl Store {
     /// The rebuild or scrub running, or the last one since the store opened.
+    /// Before anything has run, a recorded move shows as queued: a client that asks at once
+    /// after a start (the index still loading) learns that it will run.
     pub fn repair_status(&self) -> Option<RepairStatus> {
-        self.inner
+        let last = self
+            .inner
             .repair
             .lock()
             .unwrap()
             .as_ref()
-            .map(|r| r.status())
+            .map(|r| r.status());
+        last.or_else(|| self.queued_move())
+    }
+
+    fn queued_move(&self) -> Option<RepairStatus> {
+        if self.inner.closing.load(Ordering::SeqCst) {
+            return None;
+        }
+        let (direction, _) = self.inner.manager.moving()?;
+        Some(RepairStatus {
+            running: true,
+            queued: true,
+            kind: match direction {
+                Move::Grow => "grow",
+                Move::Drain => "drain",
+            }
+            .into(),
+            device: None,
+            started_unix_ms: 0,
+            elapsed_s: 0.0,
+            keys_listed: 0,
+            items_total: 0,
+            items_done: 0,
+            bytes_done: 0,
+            bytes_to_do: 0,
+            bytes_per_s: 0.0,
+            items_per_s: 0.0,
+            eta_s: None,
+            objects_lost: 0,
+            error: None,
+        })
     }
 
     /// Waits until no rebuild or scrub runs; returns the last one's status.

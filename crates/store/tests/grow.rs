@@ -470,3 +470,27 @@ async fn the_scrub_an_unclean_start_owes_goes_before_the_move() {
     close(store).await;
     assert!(Store::stopped_cleanly(&cfg));
 }
+
+/// A recorded move shows in the status from the moment the store is open, before the index
+/// has loaded and the move can start (a client asking at once learns that it will run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recorded_move_is_queued_until_the_index_has_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let model = filled(&cfg).await;
+    Store::grow_offline(cfg.clone(), 6, vec![]).await.unwrap();
+    let (store, load) = Store::open_serving_held(cfg.clone()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let queued = store.repair_status().expect("the recorded move shows");
+    assert!(
+        queued.queued && queued.running && queued.kind == "grow",
+        "{queued:?}"
+    );
+    assert_eq!(queued.items_done, 0);
+    load.notify_one();
+    grow_finished(&store).await;
+    let done = store.repair_status().unwrap();
+    assert!(!done.queued && done.items_done > 0, "{done:?}");
+    check_all(&store, &model, "grown").await;
+    close(store).await;
+}
