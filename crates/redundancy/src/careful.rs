@@ -5,9 +5,8 @@
 
 use crate::error::{RedundancyError, Result};
 use crate::format::{segment_key, PieceHeader, PieceKind};
-use crate::manager::{
-    mechanism_of, slot_of, Garbage, Inner, Piece, Resolved, SegmentHead, SegmentScan,
-};
+use crate::inner::{Garbage, Inner};
+use crate::manager::{mechanism_of, slot_of, Piece, Resolved, SegmentHead, SegmentScan};
 use crate::mechanism::Mechanism;
 use futures_util::future::join_all;
 use railstore_placement::Placement;

@@ -4,7 +4,8 @@
 
 use crate::error::{RedundancyError, Result};
 use crate::format::{segment_key, PieceHeader, PieceKind};
-use crate::manager::{expected_segment_len, mechanism_of, Inner, Resolved};
+use crate::inner::{expected_segment_len, Inner};
+use crate::manager::{mechanism_of, Resolved};
 use crate::mechanism::Mechanism;
 use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};

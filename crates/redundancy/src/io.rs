@@ -77,17 +77,36 @@ pub struct IoCounters {
 
 /// The devices of the array, their health, and the read plan.
 pub struct DeviceSet {
-    devices: RwLock<Vec<Arc<dyn Device>>>,
-    failed: Vec<AtomicBool>,
-    rebuilding: Vec<AtomicBool>,
+    /// Appended to when the array grows while serving ([`DeviceSet::add`]); an online
+    /// replace swaps one.
+    members: RwLock<Vec<Arc<Member>>>,
     plan: RwLock<Arc<dyn ReadPlan>>,
     /// Told when a device is first marked failed, before the operation that found it returns.
     on_failure: RwLock<Option<FailureListener>>,
     faults: FaultPolicy,
-    /// Per device: read errors in the current window, and when the window began.
-    read_errors: Vec<std::sync::Mutex<(u64, Option<tokio::time::Instant>)>>,
     /// Operation counters.
     pub counters: IoCounters,
+}
+
+/// One device of the set and its health.
+struct Member {
+    device: Arc<dyn Device>,
+    failed: AtomicBool,
+    /// A replacement being rebuilt: it takes writes and serves no reads.
+    rebuilding: AtomicBool,
+    /// Read errors in the current window, and when the window began.
+    read_errors: std::sync::Mutex<(u64, Option<tokio::time::Instant>)>,
+}
+
+impl Member {
+    fn new(device: Arc<dyn Device>, rebuilding: bool) -> Arc<Member> {
+        Arc::new(Member {
+            device,
+            failed: AtomicBool::new(false),
+            rebuilding: AtomicBool::new(rebuilding),
+            read_errors: std::sync::Mutex::new((0, None)),
+        })
+    }
 }
 
 impl DeviceSet {
@@ -98,32 +117,41 @@ impl DeviceSet {
 
     /// Wraps the array's devices, all healthy, handling faults by `faults`.
     pub fn with_faults(devices: Vec<Arc<dyn Device>>, faults: FaultPolicy) -> DeviceSet {
-        let n = devices.len();
         DeviceSet {
-            devices: RwLock::new(devices),
-            failed: (0..n).map(|_| AtomicBool::new(false)).collect(),
-            rebuilding: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            members: RwLock::new(devices.into_iter().map(|d| Member::new(d, false)).collect()),
             plan: RwLock::new(Arc::new(AnyHealthy)),
             on_failure: RwLock::new(None),
             faults,
-            read_errors: (0..n).map(|_| std::sync::Mutex::new((0, None))).collect(),
             counters: IoCounters::default(),
         }
     }
 
+    /// Appends `devices`, healthy, after the array's (a grow while serving); returns the
+    /// index of the first.
+    pub fn add(&self, devices: Vec<Arc<dyn Device>>) -> usize {
+        let mut members = self.members.write().unwrap();
+        let first = members.len();
+        members.extend(devices.into_iter().map(|d| Member::new(d, false)));
+        first
+    }
+
+    fn member(&self, d: usize) -> Arc<Member> {
+        self.members.read().unwrap()[d].clone()
+    }
+
     /// Number of devices.
     pub fn len(&self) -> usize {
-        self.failed.len()
+        self.members.read().unwrap().len()
     }
 
     /// Whether the array is empty.
     pub fn is_empty(&self) -> bool {
-        self.failed.is_empty()
+        self.len() == 0
     }
 
     /// Device `d`.
     pub fn device(&self, d: usize) -> Arc<dyn Device> {
-        self.devices.read().unwrap()[d].clone()
+        self.members.read().unwrap()[d].device.clone()
     }
 
     /// Replaces the read plan.
@@ -133,7 +161,7 @@ impl DeviceSet {
 
     /// Marks device `d` failed: nothing more is sent to it until it is replaced.
     pub fn mark_failed(&self, d: usize) {
-        if !self.failed[d].swap(true, Ordering::SeqCst) {
+        if !self.member(d).failed.swap(true, Ordering::SeqCst) {
             tracing::warn!(device = d, "device marked failed");
             let listener = self.on_failure.read().unwrap().clone();
             if let Some(f) = listener {
@@ -149,25 +177,28 @@ impl DeviceSet {
 
     /// Whether device `d` is failed.
     pub fn is_failed(&self, d: usize) -> bool {
-        self.failed[d].load(Ordering::SeqCst)
+        self.members.read().unwrap()[d]
+            .failed
+            .load(Ordering::SeqCst)
     }
 
     /// Whether device `d` is being rebuilt (it takes writes but serves no reads).
     pub fn is_rebuilding(&self, d: usize) -> bool {
-        self.rebuilding[d].load(Ordering::SeqCst)
+        self.members.read().unwrap()[d]
+            .rebuilding
+            .load(Ordering::SeqCst)
     }
 
     /// Puts `replacement` in place of device `d`; it takes writes and serves no reads until
     /// [`DeviceSet::finish_rebuild`].
     pub fn replace(&self, d: usize, replacement: Arc<dyn Device>) {
-        self.rebuilding[d].store(true, Ordering::SeqCst);
-        self.devices.write().unwrap()[d] = replacement;
-        self.failed[d].store(false, Ordering::SeqCst);
+        // Its health starts afresh: not failed, no read errors counted.
+        self.members.write().unwrap()[d] = Member::new(replacement, true);
     }
 
     /// Device `d` holds everything it should again.
     pub fn finish_rebuild(&self, d: usize) {
-        self.rebuilding[d].store(false, Ordering::SeqCst);
+        self.member(d).rebuilding.store(false, Ordering::SeqCst);
     }
 
     /// Whether reads may go to `d` at all.
@@ -219,7 +250,8 @@ impl DeviceSet {
                 self.counters.read_errors.fetch_add(1, Ordering::Relaxed);
                 let now = tokio::time::Instant::now();
                 let too_many = {
-                    let mut w = self.read_errors[d].lock().unwrap();
+                    let member = self.member(d);
+                    let mut w = member.read_errors.lock().unwrap();
                     if w.1
                         .is_none_or(|t| now.duration_since(t) > self.faults.read_error_window)
                     {

@@ -14,6 +14,7 @@ mod careful;
 pub mod error;
 mod fast;
 pub mod format;
+mod inner;
 pub mod io;
 mod manager;
 pub mod mechanism;

@@ -11,7 +11,8 @@ use crate::format::{
     segment_key, set_key, PieceHeader, PieceKind, SetDescriptor, SetMember, TAG_DEAD, TAG_PARITY,
     TAG_SET,
 };
-use crate::manager::{Inner, ObjectMeta, Resolved, SegmentHead};
+use crate::inner::Inner;
+use crate::manager::{ObjectMeta, Resolved, SegmentHead};
 use crate::mechanism::Mechanism;
 use futures_util::future::join_all;
 use railstore_placement::Placement;

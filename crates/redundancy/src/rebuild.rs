@@ -3,7 +3,8 @@
 
 use crate::error::{RedundancyError, Result};
 use crate::format::{parse_device_key, segment_key, DeviceKey, PieceHeader, PieceKind};
-use crate::manager::{Inner, Manager, Resolved, SegmentHead};
+use crate::inner::Inner;
+use crate::manager::{Manager, Resolved, SegmentHead};
 use futures_util::stream::{self, StreamExt};
 use railstore_device::purpose::background;
 use railstore_device::{Device, IterEntry, IterRequest};

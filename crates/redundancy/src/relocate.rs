@@ -22,13 +22,17 @@
 //! [`Manager::finish_move`].
 
 use crate::error::{RedundancyError, Result};
-use crate::format::{parse_device_key, segment_key, DeviceKey};
-use crate::manager::{Epochs, Inner, Manager, ObjectMeta, Resolved};
+use crate::format::{
+    parse_device_key, segment_key, DeviceKey, KEY_OVERHEAD_BYTES, PIECE_HEADER_BYTES,
+};
+use crate::inner::{Epochs, Inner};
+use crate::manager::{Manager, ObjectMeta, Resolved};
 use crate::mechanism::Mechanism;
 use crate::rebuild::{RepairOptions, RepairProgress};
 use futures_util::future::join_all;
 use futures_util::stream::{self, StreamExt};
 use railstore_device::purpose::background;
+use railstore_device::Device;
 use railstore_placement::{Layout, Placement};
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
@@ -203,11 +207,91 @@ impl Manager {
     /// Starts a drain while the array serves: from now on objects are written by the layout
     /// before the last epoch, and found under either until the move is done (the caller has
     /// recorded the drain where the next open reads it, and runs [`Manager::relocate_all`]).
-    /// The switch is made holding every key's lock (no write is placed partly by the old
-    /// layouts and partly by the new); it returns once no read holds the old layouts, so a
-    /// move started after it empties no drained device under a reader still looking there. Refused while a move
-    /// runs and when the layout has one epoch.
+    /// Refused while a move runs and when the layout has one epoch. The switch is
+    /// [`Manager::switch_epochs`]'s.
     pub async fn start_drain(&self) -> Result<()> {
+        self.switch_epochs(|_, cell| {
+            let Some(kept) = cell.layout.previous() else {
+                return Err(RedundancyError::Config(
+                    "the layout has one epoch: there is nothing to drain".into(),
+                ));
+            };
+            Ok(Epochs {
+                layout: Arc::new(kept),
+                source: Some(cell.layout.clone()),
+                moving: Some(Move::Drain),
+            })
+        })
+        .await
+    }
+
+    /// Starts a grow while the array serves: `added` join the array after its devices, and
+    /// objects are written by `grown` (the current layout with one more epoch over them) from
+    /// now on and found under either layout until the move is done (the caller has recorded
+    /// the grow where the next open reads it, and runs [`Manager::relocate_all`]). Refused
+    /// while a move runs, while a drained epoch still awaits its clean stop, and for a layout
+    /// that is not the current one grown by exactly the added devices.
+    pub async fn start_grow(&self, added: Vec<Arc<dyn Device>>, grown: Layout) -> Result<()> {
+        self.switch_epochs(move |inner, cell| {
+            let current = &cell.layout;
+            if current.devices() != inner.io.len() {
+                return Err(RedundancyError::Config(
+                    "a drained epoch's devices are still in the array: grow after the clean \
+                     stop that takes them out"
+                        .into(),
+                ));
+            }
+            if grown.previous().map(|p| p.encode()) != Some(current.encode()) {
+                return Err(RedundancyError::Config(
+                    "the grown layout is not the current one with an epoch added".into(),
+                ));
+            }
+            if grown.devices() != current.devices() + added.len() {
+                return Err(RedundancyError::Config(format!(
+                    "the grown layout has {} devices; {} + {} were given",
+                    grown.devices(),
+                    current.devices(),
+                    added.len()
+                )));
+            }
+            for (i, d) in added.iter().enumerate() {
+                let limits = d.limits();
+                if limits.key_bytes_max < inner.key_bytes_max + KEY_OVERHEAD_BYTES
+                    || limits.value_bytes_max < inner.piece_payload_max + PIECE_HEADER_BYTES
+                {
+                    return Err(RedundancyError::Config(format!(
+                        "added device {} takes smaller keys or values than the array's",
+                        current.devices() + i
+                    )));
+                }
+            }
+            // Unused until the switch below, which places objects on them.
+            let count = added.len();
+            inner.io.add(added);
+            inner
+                .sync_groups
+                .write()
+                .unwrap()
+                .extend((0..count).map(|_| Arc::default()));
+            Ok(Epochs {
+                layout: Arc::new(grown),
+                source: Some(current.clone()),
+                moving: Some(Move::Grow),
+            })
+        })
+        .await
+    }
+
+    /// Replaces the layouts objects are placed by while the array serves, by what `next`
+    /// makes of the current ones (refused while a move runs or a drained epoch awaits its
+    /// clean stop). The switch is made holding every key's lock, so no write is placed partly
+    /// by the old layouts and partly by the new; it returns once no operation holds the old
+    /// layouts, so a move started after it empties no old place under a reader still looking
+    /// there.
+    async fn switch_epochs(
+        &self,
+        next: impl FnOnce(&Inner, &Epochs) -> Result<Epochs>,
+    ) -> Result<()> {
         let inner = &self.inner;
         // No write straddles the switch: a write holds its key's lock from before it first
         // places the key until it is done, and one that looked under the old layouts (finding
@@ -225,22 +309,10 @@ impl Manager {
                     "the last epoch is drained already".into(),
                 ));
             }
-            let Some(kept) = cell.layout.previous() else {
-                return Err(RedundancyError::Config(
-                    "the layout has one epoch: there is nothing to drain".into(),
-                ));
-            };
-            let drained = cell.layout.clone();
+            let epochs = next(inner, &cell)?;
             // Set first: an operation that takes the new layouts must look at the source.
             inner.moving.store(true, Ordering::Release);
-            std::mem::replace(
-                &mut *cell,
-                Arc::new(Epochs {
-                    layout: Arc::new(kept),
-                    source: Some(drained),
-                    moving: Some(Move::Drain),
-                }),
-            )
+            std::mem::replace(&mut *cell, Arc::new(epochs))
         };
         drop(no_writes);
         // Reads hold the layouts they took until they end.
@@ -248,7 +320,7 @@ impl Manager {
         let mut told = false;
         while Arc::strong_count(&before) > 1 {
             if !told && waiting.elapsed() > Duration::from_secs(10) {
-                tracing::info!("a drain waits for operations that started before it");
+                tracing::info!("a layout switch waits for operations that started before it");
                 told = true;
             }
             tokio::time::sleep(Duration::from_millis(2)).await;

@@ -16,7 +16,8 @@
 
 use crate::error::Result;
 use crate::format::{parse_device_key, staged_key, DeviceKey, PieceHeader};
-use crate::manager::{slot_of, Inner, Piece, SegmentHead, SegmentScan};
+use crate::inner::Inner;
+use crate::manager::{slot_of, Piece, SegmentHead, SegmentScan};
 use crate::mechanism::Mechanism;
 use futures_util::future::join_all;
 use railstore_device::IterRequest;

@@ -4,7 +4,8 @@
 
 use crate::error::{RedundancyError, Result};
 use crate::format::{segment_key, PieceHeader, PieceKind};
-use crate::manager::{Garbage, Inner, ObjectMeta, Resolved, SegmentHead, Writing};
+use crate::inner::{Garbage, Inner, Writing};
+use crate::manager::{ObjectMeta, Resolved, SegmentHead};
 use crate::mechanism::Mechanism;
 use futures_util::future::join_all;
 use railstore_placement::Placement;

@@ -2,7 +2,8 @@
 //! devices move to a grown twelve-device layout while a client puts, deletes and reads, and
 //! back again by a drain; at every step every key reads as the model says, only keys whose
 //! group changed move, and after each move the source holds nothing of them. A power loss in
-//! the middle of a move loses no synced write and brings back no synced delete.
+//! the middle of a move loses no synced write and brings back no synced delete. Devices added
+//! and drained while the manager serves switch its layouts under a client's load.
 
 use railstore_device::{
     Device, FaultConfig, FaultyDevice, Limits, MemConfig, MemDevice, ReadRange, StoreMode,
@@ -212,21 +213,32 @@ async fn move_under_load(
     check_all(m, model, &format!("{ctx}, after the move")).await;
 }
 
+/// A manager over the first six of `mems` after 300 client steps of `seed`; with the client's
+/// generator and the model.
+async fn six_with_objects(
+    policy: &Policy,
+    seed: u64,
+    mems: &[Arc<MemDevice>],
+    ctx: &str,
+) -> (Manager, ChaCha8Rng, BTreeMap<Vec<u8>, Vec<u8>>) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut model = BTreeMap::new();
+    let m = Manager::open(as_devices(&mems[..6]), config(policy, &[], None))
+        .await
+        .unwrap();
+    for _ in 0..300 {
+        client_step(&m, &mut rng, &mut model, ctx).await;
+    }
+    (m, rng, model)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn growing_and_draining_under_load_keeps_every_object() {
     for (name, policy) in policies() {
         for seed in seeds() {
             let ctx = format!("{name} seed {seed} (SEED={seed} to replay)");
-            let mut rng = ChaCha8Rng::seed_from_u64(seed);
             let mems = mem_devices(12);
-            let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-
-            let m = Manager::open(as_devices(&mems[..6]), config(&policy, &[], None))
-                .await
-                .unwrap();
-            for _ in 0..300 {
-                client_step(&m, &mut rng, &mut model, &ctx).await;
-            }
+            let (m, mut rng, mut model) = six_with_objects(&policy, seed, &mems, &ctx).await;
             m.sync().await.unwrap();
             drop(m);
 
@@ -714,4 +726,88 @@ async fn a_delete_that_straddles_an_online_drain_stays_deleted() {
         Err(RedundancyError::NotFound { .. }) => {}
         other => panic!("the deleted key is back: {other:?}"),
     }
+}
+
+/// Devices added while the array serves (`Manager::start_grow`): a client works through the
+/// switch and the move, every key reads as the model says throughout, the keys whose group
+/// changed leave their old place, and the twelve devices opened with the grown layout hold
+/// everything. Wrong layouts and device counts are refused and change nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn growing_while_serving_keeps_every_object() {
+    for (name, policy) in policies() {
+        for seed in seeds() {
+            let ctx = format!("{name} seed {seed} (SEED={seed} to replay)");
+            let mems = mem_devices(18);
+            let (m, mut rng, mut model) = six_with_objects(&policy, seed, &mems, &ctx).await;
+            let before = m.layout();
+            let grown = config(&policy, &[6], None).layout(12).unwrap();
+
+            // Refused, and nothing changes: a count that does not match, a layout that is not
+            // this one grown.
+            let e = m
+                .start_grow(as_devices(&mems[6..11]), grown.clone())
+                .await
+                .unwrap_err();
+            assert!(e.to_string().contains("5 were given"), "{ctx}: {e}");
+            let other = config(&policy, &[6, 6], None).layout(18).unwrap();
+            let e = m
+                .start_grow(as_devices(&mems[6..18]), other)
+                .await
+                .unwrap_err();
+            assert!(e.to_string().contains("not the current one"), "{ctx}: {e}");
+            assert_eq!(m.devices().len(), 6, "{ctx}");
+            assert!(m.moving().is_none(), "{ctx}");
+
+            // The switch, with a client working through it.
+            let client = {
+                let (m, mut rng, mut model, ctx) =
+                    (m.clone(), rng.clone(), model.clone(), ctx.clone());
+                let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let s = stop.clone();
+                let task = tokio::spawn(async move {
+                    while !s.load(std::sync::atomic::Ordering::SeqCst) {
+                        client_step(&m, &mut rng, &mut model, &format!("{ctx}, switching")).await;
+                    }
+                    (rng, model)
+                });
+                (task, stop)
+            };
+            m.start_grow(as_devices(&mems[6..12]), grown.clone())
+                .await
+                .unwrap();
+            client.1.store(true, std::sync::atomic::Ordering::SeqCst);
+            (rng, model) = client.0.await.unwrap();
+            assert_eq!(m.devices().len(), 12, "{ctx}");
+            let (direction, source) = m.moving().expect("moving");
+            assert_eq!(direction, Move::Grow, "{ctx}");
+            assert_eq!(source.encode(), before.encode(), "{ctx}");
+            let e = m
+                .start_grow(as_devices(&mems[12..18]), other_grown(&policy))
+                .await
+                .unwrap_err();
+            assert!(e.to_string().contains("running already"), "{ctx}: {e}");
+
+            move_under_load(&m, &mut rng, &mut model, &format!("{ctx}, grow")).await;
+            for k in model.keys() {
+                let old = before.place(k);
+                if old.group() != grown.place(k).group() {
+                    assert!(
+                        !held_on(&mems, old.devices(), k).await,
+                        "{ctx}: {k:?} still at its old place after the grow"
+                    );
+                }
+            }
+            m.sync().await.unwrap();
+            drop(m);
+            let m = Manager::open(as_devices(&mems[..12]), config(&policy, &[6], None))
+                .await
+                .unwrap();
+            check_all(&m, &model, &format!("{ctx}, grown online, reopened")).await;
+        }
+    }
+}
+
+/// Twelve devices grown to eighteen: a layout a manager of twelve may take, not one of six.
+fn other_grown(policy: &Policy) -> railstore_placement::Layout {
+    config(policy, &[6, 6], None).layout(18).unwrap()
 }
