@@ -1609,7 +1609,7 @@ async fn run_mode(plan: &Plan, mode: Mode, quiet: bool) -> Result<RunReport> {
                 let t_s = ctx.plan.sim_ns(at - start) as f64 / 1e9;
                 let counter = |f: fn(&DeviceCounters) -> &AtomicU64| {
                     (0..n)
-                        .map(|d| f(rails.counters(d)).load(Ordering::Relaxed))
+                        .map(|d| f(&rails.counters(d)).load(Ordering::Relaxed))
                         .collect()
                 };
                 out.push(Sample {

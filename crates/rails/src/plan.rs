@@ -2,7 +2,8 @@
 //! every read and sends reads elsewhere only when the preferred devices cannot serve.
 
 use crate::schedule::{Role, Schedule};
-use std::sync::RwLock;
+use arc_swap::ArcSwap;
+use std::sync::{Arc, RwLock};
 
 /// Says which devices should serve reads now. Devices it rejects are used only when the
 /// preferred ones cannot serve a read.
@@ -24,7 +25,8 @@ impl ReadPlan for AnyHealthy {
 /// Reads go to the devices whose colour is in the window now.
 pub struct ScheduledReads {
     schedule: RwLock<Schedule>,
-    colour_of: Vec<usize>,
+    /// Grows with the array ([`ScheduledReads::add_devices`]).
+    colour_of: ArcSwap<Vec<usize>>,
     clock: Box<dyn Fn() -> u64 + Send + Sync>,
 }
 
@@ -39,7 +41,7 @@ impl ScheduledReads {
     ) -> ScheduledReads {
         ScheduledReads {
             schedule: RwLock::new(schedule),
-            colour_of,
+            colour_of: ArcSwap::from_pointee(colour_of),
             clock: Box::new(clock),
         }
     }
@@ -50,12 +52,21 @@ impl ScheduledReads {
         self.schedule
             .read()
             .unwrap()
-            .role(self.colour_of[device], now)
+            .role(self.colour_of(device), now)
     }
 
     /// The colour of `device`.
     pub fn colour_of(&self, device: usize) -> usize {
-        self.colour_of[device]
+        self.colour_of.load()[device]
+    }
+
+    /// Devices of the given colours join the plan after the others.
+    pub fn add_devices(&self, colours: &[usize]) {
+        self.colour_of.rcu(|old| {
+            let mut all = Vec::clone(old);
+            all.extend_from_slice(colours);
+            Arc::new(all)
+        });
     }
 
     /// The buffering stint of `device` at `t_ns` ([`Schedule::buffering_stint`]).
@@ -63,7 +74,7 @@ impl ScheduledReads {
         self.schedule
             .read()
             .unwrap()
-            .buffering_stint(self.colour_of[device], t_ns)
+            .buffering_stint(self.colour_of(device), t_ns)
     }
 
     /// Changes the schedule (window sizes planned ahead).

@@ -37,6 +37,7 @@ use crate::buffer::{Pending, WriteBuffer};
 use crate::journal::{self, RECORD_OVERHEAD_BYTES};
 use crate::plan::{ReadPlan, ScheduledReads};
 use crate::schedule::{Role, Schedule, ScheduleConfig};
+use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use railstore_device::{
     iterate_all, CompactStats, Device, DeviceError, DeviceInfo, IterBatch, IterEntry, IterRequest,
@@ -290,7 +291,7 @@ struct DeviceState {
     work: Notify,
     /// Wakes writers waiting for buffer or journal room.
     room: Notify,
-    counters: DeviceCounters,
+    counters: Arc<DeviceCounters>,
     /// Held while a batch is applied, a checkpoint is taken, or a write overtakes the buffer:
     /// one at a time, so order per key holds and a checkpoint sees no write half done.
     flush_lock: tokio::sync::Mutex<()>,
@@ -335,6 +336,24 @@ struct DeviceState {
     write_rate: AtomicU64,
 }
 
+/// The devices' state, appended to when the array grows while serving
+/// ([`Rails::add_devices`]); read without a lock.
+struct DeviceTable(ArcSwap<Vec<Arc<DeviceState>>>);
+
+impl DeviceTable {
+    fn get(&self, d: usize) -> Arc<DeviceState> {
+        self.0.load()[d].clone()
+    }
+
+    fn all(&self) -> Arc<Vec<Arc<DeviceState>>> {
+        self.0.load_full()
+    }
+
+    fn len(&self) -> usize {
+        self.0.load().len()
+    }
+}
+
 /// Buffered operations a flusher sends to its device at once.
 const FLUSH_BATCH_OPS_MAX: usize = 16;
 /// Journal records a holder deletes at once.
@@ -360,7 +379,9 @@ pub struct Rails {
     load: Mutex<FrameLoad>,
     plan: Arc<ScheduledReads>,
     start: Instant,
-    devices: Vec<Arc<DeviceState>>,
+    devices: DeviceTable,
+    /// Held while devices are added ([`Rails::add_devices`]): one grow at a time.
+    growing: Mutex<()>,
     /// The journal replay, run once before the first operation.
     recovery: tokio::sync::OnceCell<JournalRecovery>,
     /// Where the search for a journal device starts (spreads ties).
@@ -384,6 +405,43 @@ impl std::fmt::Debug for Rails {
             .field("devices", &self.devices.len())
             .finish()
     }
+}
+
+/// Every colour is one of the schedule's.
+fn check_colours(cfg: &RailsConfig, colour_of: &[usize]) -> Result<(), DeviceError> {
+    match colour_of.iter().find(|&&c| c >= cfg.schedule.colours) {
+        Some(c) => Err(DeviceError::Config(format!(
+            "colour {c} outside the schedule's {} colours",
+            cfg.schedule.colours
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Device `d` can hold journal records and a watermark, when the journal is on.
+fn check_journal_room(cfg: &RailsConfig, d: usize, device: &dyn Device) -> Result<(), DeviceError> {
+    // With the journal, every device may hold journal records and a watermark.
+    if cfg.separation && cfg.durability == Durability::Journal {
+        let l = device.limits();
+        if l.key_bytes_min > journal::WATERMARK_KEY_BYTES
+            || l.key_bytes_max < journal::JOURNAL_KEY_BYTES
+        {
+            return Err(DeviceError::Config(format!(
+                "device {d}: keys of {}-{} B cannot hold rails' {} and {} B journal keys",
+                l.key_bytes_min,
+                l.key_bytes_max,
+                journal::WATERMARK_KEY_BYTES,
+                journal::JOURNAL_KEY_BYTES
+            )));
+        }
+        if l.value_bytes_max <= RECORD_OVERHEAD_BYTES + l.key_bytes_max {
+            return Err(DeviceError::Config(format!(
+                "device {d}: values of at most {} B leave no room for a journal record",
+                l.value_bytes_max
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Whether an error means the device is gone (fail-stop), not that one operation failed.
@@ -418,12 +476,7 @@ impl Rails {
                 colour_of.len()
             )));
         }
-        if let Some(c) = colour_of.iter().find(|&&c| c >= cfg.schedule.colours) {
-            return Err(DeviceError::Config(format!(
-                "colour {c} outside the schedule's {} colours",
-                cfg.schedule.colours
-            )));
-        }
+        check_colours(&cfg, &colour_of)?;
         if cfg.switch_read_wait > cfg.schedule.frame / 2 {
             return Err(DeviceError::Config(format!(
                 "switch_read_wait {:?} is more than half the frame {:?}: a writer stint could \
@@ -431,27 +484,8 @@ impl Rails {
                 cfg.switch_read_wait, cfg.schedule.frame
             )));
         }
-        // With the journal, every device may hold journal records and a watermark.
-        let journalled = cfg.separation && cfg.durability == Durability::Journal;
-        for (d, dev) in devices.iter().enumerate().filter(|_| journalled) {
-            let l = dev.limits();
-            if l.key_bytes_min > journal::WATERMARK_KEY_BYTES
-                || l.key_bytes_max < journal::JOURNAL_KEY_BYTES
-            {
-                return Err(DeviceError::Config(format!(
-                    "device {d}: keys of {}-{} B cannot hold rails' {} and {} B journal keys",
-                    l.key_bytes_min,
-                    l.key_bytes_max,
-                    journal::WATERMARK_KEY_BYTES,
-                    journal::JOURNAL_KEY_BYTES
-                )));
-            }
-            if l.value_bytes_max <= RECORD_OVERHEAD_BYTES + l.key_bytes_max {
-                return Err(DeviceError::Config(format!(
-                    "device {d}: values of at most {} B leave no room for a journal record",
-                    l.value_bytes_max
-                )));
-            }
+        for (d, dev) in devices.iter().enumerate() {
+            check_journal_room(&cfg, d, dev.as_ref())?;
         }
         let journal_value_bytes_max = devices
             .iter()
@@ -466,32 +500,7 @@ impl Rails {
         }));
         let states: Vec<Arc<DeviceState>> = devices
             .into_iter()
-            .map(|inner| {
-                Arc::new(DeviceState {
-                    inner,
-                    failed: AtomicBool::new(false),
-                    buffer: Mutex::new(WriteBuffer::new(cfg.write_buffer_bytes_max)),
-                    work: Notify::new(),
-                    room: Notify::new(),
-                    counters: DeviceCounters::default(),
-                    flush_lock: tokio::sync::Mutex::new(()),
-                    sync_lock: tokio::sync::Mutex::new(()),
-                    dirty_seq: AtomicU64::new(0),
-                    synced_seq: AtomicU64::new(0),
-                    next_tag: AtomicU64::new(1),
-                    wm_stored: AtomicU64::new(0),
-                    wm_durable: AtomicU64::new(0),
-                    journal_bytes: AtomicU64::new(0),
-                    held: Mutex::new(BTreeMap::new()),
-                    held_bytes: AtomicU64::new(0),
-                    lost: Mutex::new(Vec::new()),
-                    reads_in_flight: AtomicUsize::new(0),
-                    reads_done: Notify::new(),
-                    writes_released: AtomicBool::new(true),
-                    rebuilding: AtomicBool::new(false),
-                    write_rate: AtomicU64::new(0),
-                })
-            })
+            .map(|inner| DeviceState::new(inner, &cfg))
             .collect();
         let rails = Arc::new(Rails {
             cfg,
@@ -502,28 +511,79 @@ impl Rails {
             }),
             plan,
             start,
-            devices: states,
+            devices: DeviceTable(ArcSwap::from_pointee(states)),
+            growing: Mutex::new(()),
             recovery: tokio::sync::OnceCell::new(),
             journal_rr: AtomicUsize::new(0),
             journal_value_bytes_max,
             on_failure: std::sync::RwLock::new(None),
             replaced: Mutex::new(Vec::new()),
         });
-        let wrapped = (0..rails.devices.len())
-            .map(|d| {
-                if rails.cfg.separation {
-                    tokio::spawn(flush::flusher(Arc::downgrade(&rails), d));
-                }
-                Arc::new(Separated {
-                    rails: rails.clone(),
-                    d,
-                }) as Arc<dyn Device>
-            })
-            .collect();
+        let wrapped = (0..rails.devices.len()).map(|d| rails.wrap(d)).collect();
         if rails.cfg.separation {
             tokio::spawn(controller::window_controller(Arc::downgrade(&rails)));
         }
         Ok((rails, wrapped))
+    }
+
+    /// Device `d` as the layers above see it; starts its flusher.
+    fn wrap(self: &Arc<Self>, d: usize) -> Arc<dyn Device> {
+        if self.cfg.separation {
+            tokio::spawn(flush::flusher(Arc::downgrade(self), d));
+        }
+        Arc::new(Separated {
+            rails: self.clone(),
+            d,
+            st: self.devices.get(d),
+        })
+    }
+
+    /// Devices added while the array serves (a grow), after the others: device
+    /// `device_count() + i` is `devices[i]`, of colour `colours[i]`, empty, in its colour's
+    /// role from now on. Returns them wrapped, their flushers started. Call after the journal
+    /// replay ([`Rails::recover`]): the added devices hold no journal of an earlier run.
+    pub fn add_devices(
+        self: &Arc<Self>,
+        devices: Vec<Arc<dyn Device>>,
+        colours: Vec<usize>,
+    ) -> Result<Vec<Arc<dyn Device>>, DeviceError> {
+        if devices.len() != colours.len() {
+            return Err(DeviceError::Config(format!(
+                "{} devices but {} colours",
+                devices.len(),
+                colours.len()
+            )));
+        }
+        check_colours(&self.cfg, &colours)?;
+        let _one_at_a_time = self.growing.lock().unwrap();
+        let first = self.devices.len();
+        for (i, dev) in devices.iter().enumerate() {
+            check_journal_room(&self.cfg, first + i, dev.as_ref())?;
+            if self.journalled() && dev.limits().value_bytes_max < self.journal_value_bytes_max {
+                return Err(DeviceError::Config(format!(
+                    "device {}: values of at most {} B are smaller than the array's journal \
+                     records ({} B)",
+                    first + i,
+                    dev.limits().value_bytes_max,
+                    self.journal_value_bytes_max
+                )));
+            }
+        }
+        // Colours first: a device the table lists has a role.
+        self.plan.add_devices(&colours);
+        let states: Vec<Arc<DeviceState>> = devices
+            .into_iter()
+            .map(|inner| DeviceState::new(inner, &self.cfg))
+            .collect();
+        self.devices.0.rcu(|old| {
+            let mut all = Vec::clone(old);
+            all.extend(states.iter().cloned());
+            all
+        });
+        tracing::info!(first, added = states.len(), "devices joined separation");
+        Ok((first..first + states.len())
+            .map(|d| self.wrap(d))
+            .collect())
     }
 
     /// [`Rails::new`], then [`Rails::recover`]: the devices are ready to serve when it returns.
@@ -574,7 +634,7 @@ impl Rails {
     /// The role of device `d` now: its colour's, except for a replacement being rebuilt, which
     /// writes throughout (it serves no reads that writes could slow).
     pub fn role(&self, d: usize) -> Role {
-        if self.cfg.separation && !self.devices[d].rebuilding.load(Ordering::SeqCst) {
+        if self.cfg.separation && !self.devices.get(d).rebuilding.load(Ordering::SeqCst) {
             self.plan.role(d)
         } else {
             Role::Writer
@@ -584,7 +644,7 @@ impl Rails {
     /// Device `d`, readmitted by [`Rails::readmit`], holds everything again and serves reads:
     /// from now on it follows its colour's role.
     pub fn rebuilt(&self, d: usize) {
-        let st = &self.devices[d];
+        let st = &self.devices.get(d);
         if st.rebuilding.swap(false, Ordering::SeqCst) {
             tracing::info!(device = d, "rebuilt device follows the schedule again");
             st.work.notify_one();
@@ -609,7 +669,7 @@ impl Rails {
 
     /// Device `d`'s write rate as measured by its flusher (bytes/s), if measured yet.
     pub fn measured_write_rate(&self, d: usize) -> Option<f64> {
-        let r = f64::from_bits(self.devices[d].write_rate.load(Ordering::Relaxed));
+        let r = f64::from_bits(self.devices.get(d).write_rate.load(Ordering::Relaxed));
         (r > 0.0).then_some(r)
     }
 
@@ -624,7 +684,8 @@ impl Rails {
             Some(r) => r + (sample - r) / 4.0,
             None => sample,
         };
-        self.devices[d]
+        self.devices
+            .get(d)
             .write_rate
             .store(rate.to_bits(), Ordering::Relaxed);
     }
@@ -640,15 +701,15 @@ impl Rails {
     }
 
     /// Counters of device `d`.
-    pub fn counters(&self, d: usize) -> &DeviceCounters {
-        &self.devices[d].counters
+    pub fn counters(&self, d: usize) -> Arc<DeviceCounters> {
+        self.devices.get(d).counters.clone()
     }
 
     /// Role, buffer and journal of every device now.
     pub fn snapshot(&self) -> Vec<DeviceSnapshot> {
         (0..self.devices.len())
             .map(|d| {
-                let st = &self.devices[d];
+                let st = &self.devices.get(d);
                 let b = st.buffer.lock().unwrap();
                 DeviceSnapshot {
                     role: self.role(d),
@@ -698,7 +759,8 @@ impl Rails {
         let now = self.now_ns();
         let (start, end) = self.plan.buffering_stint(d, now)?;
         let (held, max) = {
-            let b = self.devices[d].buffer.lock().unwrap();
+            let st = self.devices.get(d);
+            let b = st.buffer.lock().unwrap();
             (b.bytes(), b.bytes_max())
         };
         let len = match op {
@@ -732,7 +794,7 @@ impl Rails {
     /// Lets the reads in flight on `d`, which has just turned writer, finish before it writes,
     /// for at most [`RailsConfig::switch_read_wait`].
     async fn finish_reads(&self, d: usize) {
-        let st = &self.devices[d];
+        let st = &self.devices.get(d);
         if st.reads_in_flight.load(Ordering::SeqCst) == 0 || self.cfg.switch_read_wait.is_zero() {
             return;
         }
@@ -766,7 +828,7 @@ impl Rails {
     }
 
     fn is_failed(&self, d: usize) -> bool {
-        self.devices[d].failed.load(Ordering::SeqCst)
+        self.devices.get(d).failed.load(Ordering::SeqCst)
     }
 
     /// Device `d` is an empty replacement being rebuilt: the journal records addressed to the
@@ -793,7 +855,7 @@ impl Rails {
     /// Device `d` failed: drops its buffer, so writers never wait on it, and the journal around
     /// it (its own records are of no more use; those it held for others went with it).
     fn fail_device(&self, d: usize) {
-        let st = &self.devices[d];
+        let st = &self.devices.get(d);
         if !st.failed.swap(true, Ordering::SeqCst) {
             let dropped = {
                 let mut b = st.buffer.lock().unwrap();
@@ -831,7 +893,8 @@ impl Rails {
             self.sync_device(d, true).await?;
             for w in (0..self.devices.len()).filter(|&w| w != d) {
                 let holds = {
-                    let held = self.devices[w].held.lock().unwrap();
+                    let hs = self.devices.get(w);
+                    let held = hs.held.lock().unwrap();
                     let t = d as u32;
                     held.range((t, 0)..=(t, u64::MAX)).next().is_some()
                 };
@@ -846,7 +909,7 @@ impl Rails {
                     }
                 }
             }
-            if self.devices[d].lost.lock().unwrap().is_empty() {
+            if self.devices.get(d).lost.lock().unwrap().is_empty() {
                 return Ok(());
             }
         }
@@ -854,13 +917,13 @@ impl Rails {
 
     /// Wakes every flusher: some journal records may have become deletable.
     fn wake_holders(&self) {
-        for st in &self.devices {
+        for st in self.devices.all().iter() {
             st.work.notify_one();
         }
     }
 
     async fn apply(&self, d: usize, key: &[u8], op: &Pending) -> Result<(), DeviceError> {
-        let st = &self.devices[d];
+        let st = &self.devices.get(d);
         let res = match op {
             Pending::Store(v) => st.inner.store(key, v, StoreMode::Upsert).await,
             Pending::Delete => st.inner.delete(key, false).await.map(|_| ()),
@@ -874,7 +937,7 @@ impl Rails {
     /// Syncs device `x` (with `only_if_dirty`, only when a store counted in its `dirty_seq`
     /// is not covered yet); a watermark stored before is durable afterwards.
     async fn sync_device(&self, x: usize, only_if_dirty: bool) -> Result<(), DeviceError> {
-        let st = &self.devices[x];
+        let st = &self.devices.get(x);
         // Every store that needs this sync has returned and counted itself by now; a clean
         // device is not waited for, even while its flusher syncs a backlog.
         let wanted = st.dirty_seq.load(Ordering::SeqCst);
@@ -907,6 +970,33 @@ impl Rails {
 }
 
 impl DeviceState {
+    fn new(inner: Arc<dyn Device>, cfg: &RailsConfig) -> Arc<DeviceState> {
+        Arc::new(DeviceState {
+            inner,
+            failed: AtomicBool::new(false),
+            buffer: Mutex::new(WriteBuffer::new(cfg.write_buffer_bytes_max)),
+            work: Notify::new(),
+            room: Notify::new(),
+            counters: Arc::default(),
+            flush_lock: tokio::sync::Mutex::new(()),
+            sync_lock: tokio::sync::Mutex::new(()),
+            dirty_seq: AtomicU64::new(0),
+            synced_seq: AtomicU64::new(0),
+            next_tag: AtomicU64::new(1),
+            wm_stored: AtomicU64::new(0),
+            wm_durable: AtomicU64::new(0),
+            journal_bytes: AtomicU64::new(0),
+            held: Mutex::new(BTreeMap::new()),
+            held_bytes: AtomicU64::new(0),
+            lost: Mutex::new(Vec::new()),
+            reads_in_flight: AtomicUsize::new(0),
+            reads_done: Notify::new(),
+            writes_released: AtomicBool::new(true),
+            rebuilding: AtomicBool::new(false),
+            write_rate: AtomicU64::new(0),
+        })
+    }
+
     /// Counts a store that has returned and that a sync must make durable.
     fn mark_dirty(&self) {
         self.dirty_seq.fetch_add(1, Ordering::SeqCst);

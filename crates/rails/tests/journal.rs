@@ -1231,3 +1231,56 @@ async fn a_readmitted_device_writes_in_every_frame_until_it_is_rebuilt() {
     }
     assert!(roles.contains(&Role::Reader), "{roles:?}");
 }
+
+/// Devices added while serving (`Rails::add_devices`, a grow) take their colour's role at once:
+/// a write to an added reader is buffered and journalled on another device like any other, and
+/// after a power cut the array opened over every device replays it.
+#[tokio::test(start_paused = true)]
+async fn a_device_added_while_serving_follows_its_colour_and_its_writes_survive_a_power_cut() {
+    let mut machine = Machine::new(4);
+    let booted = machine.boot(1, None);
+    let (rails, mut devs) = Rails::new(
+        RailsConfig::new(two_colours()),
+        booted[..2].to_vec(),
+        vec![0, 1],
+    )
+    .unwrap();
+    rails.recover().await.unwrap();
+    devs[0].store(b"a", b"v0", StoreMode::Upsert).await.unwrap();
+
+    let Err(e) = rails.add_devices(booted[2..].to_vec(), vec![0, 2]) else {
+        panic!("a colour outside the schedule was taken");
+    };
+    assert!(e.to_string().contains("outside the schedule"), "{e}");
+    assert_eq!(rails.device_count(), 2);
+    devs.extend(rails.add_devices(booted[2..].to_vec(), vec![0, 1]).unwrap());
+    assert_eq!(rails.device_count(), 4);
+    for _ in 0..4 {
+        assert_eq!(rails.role(2), rails.role(0));
+        assert_eq!(rails.role(3), rails.role(1));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Wait for device 2's reader stint, then write to it: buffered, and journalled elsewhere.
+    while rails.role(2) != Role::Reader {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    devs[2].store(b"k", b"v2", StoreMode::Upsert).await.unwrap();
+    assert_eq!(rails.snapshot()[2].buffer_keys, 1);
+    devs[2].sync().await.unwrap();
+    devs[0].sync().await.unwrap();
+    machine.cut().await;
+    drop((rails, devs));
+
+    let (_rails, devs, report) = Rails::open(
+        RailsConfig::new(two_colours()),
+        machine.boot(2, None),
+        vec![0, 1, 0, 1],
+    )
+    .await
+    .unwrap();
+    assert!(report.replayed >= 1, "{report:?}");
+    let got = devs[2].retrieve(b"k", ReadRange::ALL).await.unwrap();
+    assert_eq!(got.value.to_vec(), b"v2");
+    let got = devs[0].retrieve(b"a", ReadRange::ALL).await.unwrap();
+    assert_eq!(got.value.to_vec(), b"v0");
+}

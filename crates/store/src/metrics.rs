@@ -195,7 +195,7 @@ impl Store {
             window: inner.rails.as_ref().map(|r| {
                 let sum = |f: &dyn Fn(&railstore_rails::DeviceCounters) -> &AtomicU64| {
                     (0..r.device_count())
-                        .map(|d| f(r.counters(d)).load(Ordering::Relaxed))
+                        .map(|d| f(&r.counters(d)).load(Ordering::Relaxed))
                         .sum()
                 };
                 let load = r.load();
@@ -574,7 +574,7 @@ impl Store {
                     name,
                     "counter",
                     help,
-                    &c(&|d| counter(r.counters(d)).load(Ordering::Relaxed)),
+                    &c(&|d| counter(&r.counters(d)).load(Ordering::Relaxed)),
                 );
             }
             let journal = r.snapshot();

@@ -16,7 +16,7 @@ pub(super) async fn window_controller(rails: std::sync::Weak<Rails>) {
         let (f, next) = r
             .plan
             .with_schedule(|s| (s.frame_at(now), s.frame_start(s.frame_at(now) + 1)));
-        let sums = r.devices.iter().fold((0, 0), |acc, st| {
+        let sums = r.devices.all().iter().fold((0, 0), |acc, st| {
             (
                 acc.0 + st.counters.read_bytes.load(Ordering::Relaxed),
                 acc.1
@@ -66,7 +66,7 @@ impl Rails {
         );
         let needed = |rate: f64| crate::schedule::write_buffer_bytes_min(widest, sched.frame, rate);
         if self.cfg.size_buffers {
-            for (d, st) in self.devices.iter().enumerate() {
+            for (d, st) in self.devices.all().iter().enumerate() {
                 let bound = self
                     .measured_write_rate(d)
                     .map_or(ceiling, |w| needed(w).clamp(floor, ceiling));
@@ -76,6 +76,7 @@ impl Rails {
         }
         let buffer_bytes_max = self
             .devices
+            .all()
             .iter()
             .map(|st| st.buffer.lock().unwrap().bytes_max())
             .max()
@@ -116,6 +117,7 @@ impl Rails {
         let arrival = writes / healthy as f64;
         let smallest_buffer = self
             .devices
+            .all()
             .iter()
             .map(|st| st.buffer.lock().unwrap().bytes_max())
             .min()
@@ -150,7 +152,7 @@ impl Rails {
     fn widen_past_out_of_service(&self, f: u64, base: usize) -> usize {
         let sched = self.cfg.schedule;
         let mut out = vec![false; sched.colours];
-        for (d, st) in self.devices.iter().enumerate() {
+        for (d, st) in self.devices.all().iter().enumerate() {
             if self.is_failed(d) || st.rebuilding.load(Ordering::SeqCst) {
                 out[self.plan.colour_of(d)] = true;
             }

@@ -8,6 +8,8 @@ use super::*;
 pub struct Separated {
     pub(super) rails: Arc<Rails>,
     pub(super) d: usize,
+    /// Device `d`'s state in `rails`.
+    pub(super) st: Arc<DeviceState>,
 }
 
 enum Placed {
@@ -24,7 +26,7 @@ enum Placed {
 
 impl Separated {
     fn st(&self) -> &DeviceState {
-        &self.rails.devices[self.d]
+        &self.st
     }
 
     /// Sends a write now or buffers it, by role; waits for room when the buffer is full.

@@ -13,7 +13,7 @@ impl Rails {
         d: usize,
         keep_going: Option<&(dyn Fn() -> bool + Sync)>,
     ) -> Result<(), DeviceError> {
-        let st = &self.devices[d];
+        let st = &self.devices.get(d);
         let journal = self.journalled();
         let go = || keep_going.is_none_or(|k| k());
         let (mut ops, mut bytes) = (0usize, 0u64);
@@ -108,7 +108,7 @@ impl Rails {
     /// watermark W = (oldest tag the device has not had, see
     /// [`WriteBuffer::oldest_unapplied_tag`]) - 1, then lets the applied operations go.
     pub(super) async fn checkpoint(&self, d: usize) -> Result<(), DeviceError> {
-        let st = &self.devices[d];
+        let st = &self.devices.get(d);
         let w = {
             let b = st.buffer.lock().unwrap();
             // Under the buffer lock: no tag is being handed out meanwhile.
@@ -148,7 +148,7 @@ impl Rails {
         w: usize,
         keep_going: Option<&(dyn Fn() -> bool + Sync)>,
     ) -> Result<(), DeviceError> {
-        let hs = &self.devices[w];
+        let hs = &self.devices.get(w);
         loop {
             if keep_going.is_some_and(|k| !k()) {
                 return Ok(());
@@ -157,7 +157,7 @@ impl Rails {
                 let held = hs.held.lock().unwrap();
                 let mut out = Vec::new();
                 for t in 0..self.devices.len() {
-                    let durable = self.devices[t].wm_durable.load(Ordering::SeqCst);
+                    let durable = self.devices.get(t).wm_durable.load(Ordering::SeqCst);
                     let t = t as u32;
                     out.extend(
                         held.range((t, 0)..=(t, durable))
@@ -183,7 +183,7 @@ impl Rails {
                     Ok(_) => {
                         if hs.held.lock().unwrap().remove(&(t, g)).is_some() {
                             hs.held_bytes.fetch_sub(cost, Ordering::SeqCst);
-                            let ts = &self.devices[t as usize];
+                            let ts = &self.devices.get(t as usize);
                             ts.journal_bytes.fetch_sub(cost, Ordering::SeqCst);
                             ts.counters.journal_deleted.fetch_add(1, Ordering::Relaxed);
                             ts.room.notify_waiters();
@@ -209,7 +209,7 @@ pub(super) async fn flusher(rails: std::sync::Weak<Rails>, d: usize) {
     let mut compacted_in: Option<u64> = None;
     loop {
         let Some(r) = rails.upgrade() else { return };
-        let st = r.devices[d].clone();
+        let st = r.devices.get(d).clone();
         let now = r.now_ns();
         let (frame, wake_at) = r
             .plan

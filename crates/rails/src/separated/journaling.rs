@@ -9,10 +9,13 @@ impl Rails {
     /// Forgets the journal records device `w` holds (it failed: they are gone); their
     /// targets journal the writes still buffered again at their next sync.
     pub(super) fn drop_held(&self, w: usize) {
-        let held = std::mem::take(&mut *self.devices[w].held.lock().unwrap());
+        let held = std::mem::take(&mut *self.devices.get(w).held.lock().unwrap());
         for ((t, g), cost) in held {
-            self.devices[w].held_bytes.fetch_sub(cost, Ordering::SeqCst);
-            let ts = &self.devices[t as usize];
+            self.devices
+                .get(w)
+                .held_bytes
+                .fetch_sub(cost, Ordering::SeqCst);
+            let ts = &self.devices.get(t as usize);
             ts.journal_bytes.fetch_sub(cost, Ordering::SeqCst);
             if t as usize != w {
                 ts.lost.lock().unwrap().push(g);
@@ -23,7 +26,7 @@ impl Rails {
 
     /// Journals again the buffered writes to `d` whose records were on a device that failed.
     pub(super) async fn rejournal_lost(&self, d: usize) -> Result<(), DeviceError> {
-        let st = &self.devices[d];
+        let st = &self.devices.get(d);
         let lost: std::collections::BTreeSet<u64> = std::mem::take(&mut *st.lost.lock().unwrap())
             .into_iter()
             .collect();
@@ -65,8 +68,11 @@ impl Rails {
                 .map(|i| (first + i) % n)
                 .filter(|&w| w != d && only(w))
                 .min_by_key(|&w| {
-                    let flushing = !self.devices[w].buffer.lock().unwrap().is_empty();
-                    (flushing, self.devices[w].held_bytes.load(Ordering::SeqCst))
+                    let flushing = !self.devices.get(w).buffer.lock().unwrap().is_empty();
+                    (
+                        flushing,
+                        self.devices.get(w).held_bytes.load(Ordering::SeqCst),
+                    )
                 })
         };
         least_held(&usable)
@@ -92,7 +98,8 @@ impl Rails {
     pub(super) fn holders(&self, d: usize, tag: u64) -> Vec<usize> {
         (0..self.devices.len())
             .filter(|&w| {
-                self.devices[w]
+                self.devices
+                    .get(w)
                     .held
                     .lock()
                     .unwrap()
@@ -116,7 +123,7 @@ impl Rails {
         op: &Pending,
         copies: usize,
     ) -> Result<(), DeviceError> {
-        let st = &self.devices[d];
+        let st = &self.devices.get(d);
         let cost = journal::record_bytes(key.len(), op) as u64;
         let mut left = copies as u64;
         let release = |left: u64| {
@@ -139,7 +146,7 @@ impl Rails {
             }
             match self.journal_device(d, &tried) {
                 Some(w) => {
-                    let hs = &self.devices[w];
+                    let hs = &self.devices.get(w);
                     match hs.inner.store(&rkey, &value, StoreMode::Upsert).await {
                         Ok(()) => {
                             hs.mark_dirty();

@@ -21,7 +21,7 @@ impl Rails {
         };
         // 1. Each device's watermark.
         let mut wm = vec![0u64; n];
-        for (d, st) in self.devices.iter().enumerate() {
+        for (d, st) in self.devices.all().iter().enumerate() {
             if self.is_failed(d) {
                 continue;
             }
@@ -58,7 +58,7 @@ impl Rails {
         }
         // 2. Every journal record key, per (target, tag), with the devices holding it.
         let mut records: BTreeMap<(u32, u64), Vec<usize>> = BTreeMap::new();
-        for (x, st) in self.devices.iter().enumerate() {
+        for (x, st) in self.devices.all().iter().enumerate() {
             if self.is_failed(x) {
                 continue;
             }
@@ -103,7 +103,13 @@ impl Rails {
                     continue;
                 }
                 let key = journal::record_key(t as u32, g);
-                match self.devices[x].inner.retrieve(&key, ReadRange::ALL).await {
+                match self
+                    .devices
+                    .get(x)
+                    .inner
+                    .retrieve(&key, ReadRange::ALL)
+                    .await
+                {
                     Ok(r) => match journal::decode_record(&key, &r.value) {
                         Ok(rec) => {
                             record = Some(rec);
@@ -124,7 +130,8 @@ impl Rails {
                 Ok(()) => {
                     rep.replayed += 1;
                     rep.replayed_per_device[t] += 1;
-                    self.devices[t]
+                    self.devices
+                        .get(t)
                         .counters
                         .journal_replayed
                         .fetch_add(1, Ordering::Relaxed);
@@ -135,7 +142,7 @@ impl Rails {
         }
         // 4. Make the replays durable, then move each watermark past every record seen (so
         //    they are never replayed again), durably; new tags start above.
-        for (t, st) in self.devices.iter().enumerate() {
+        for (t, st) in self.devices.all().iter().enumerate() {
             // A failed device's tags too: its records stay, and a device readmitted in its
             // place must get tags above them (`readmit`).
             st.next_tag.fetch_max(high[t] + 1, Ordering::SeqCst);
@@ -181,7 +188,9 @@ impl Rails {
                 if self.is_failed(x) {
                     continue;
                 }
-                match self.devices[x]
+                match self
+                    .devices
+                    .get(x)
                     .inner
                     .delete(&journal::record_key(t as u32, g), false)
                     .await
@@ -190,7 +199,8 @@ impl Rails {
                         rep.deleted += 1;
                         touched[x] = true;
                         if t < n {
-                            self.devices[t]
+                            self.devices
+                                .get(t)
                                 .counters
                                 .journal_deleted
                                 .fetch_add(1, Ordering::Relaxed);
@@ -205,7 +215,7 @@ impl Rails {
             if self.is_failed(x) {
                 continue;
             }
-            if let Err(e) = self.devices[x].inner.sync().await {
+            if let Err(e) = self.devices.get(x).inner.sync().await {
                 if !fatal(&e) {
                     return Err(e);
                 }
@@ -225,7 +235,7 @@ impl Rails {
     /// journal record of the old device is ever replayed onto it (the records left from before
     /// go as stale at their holders' next deletes, or at the next recovery).
     pub async fn readmit(&self, d: usize) -> Result<(), DeviceError> {
-        let st = &self.devices[d];
+        let st = &self.devices.get(d);
         let _flush = st.flush_lock.lock().await;
         let past = st.next_tag.load(Ordering::SeqCst).saturating_sub(1);
         st.inner
