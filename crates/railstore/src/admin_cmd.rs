@@ -1,4 +1,4 @@
-//! `railstore device fail|replace|remove` and `railstore repair scrub|status`: the admin API of a running
+//! `railstore device fail|replace|add|remove` and `railstore repair scrub|status`: the admin API of a running
 //! server (docs/admin.md), from the command line. The admin token comes from `--admin-token`,
 //! `RAILSTORE_ADMIN_TOKEN`, `[server] admin_token`, or the data folder's `admin-token` file
 //! (made by `serve`), in that order.
@@ -50,6 +50,23 @@ pub enum DeviceCommand {
         /// opens the device there from then on.
         #[arg(long)]
         path: Option<std::path::PathBuf>,
+        /// Start it and return at once.
+        #[arg(long)]
+        no_wait: bool,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Add devices to the array while the server serves (as `railstore grow` does with it
+    /// stopped): a new layout epoch with groups of its own; the objects whose group changed
+    /// move to them (showing progress until done).
+    Add {
+        /// How many: a multiple of the group width (6 for the embedded default).
+        #[arg(long)]
+        devices: usize,
+        /// Where each added device lives on the server's machine (absolute, absent or empty;
+        /// one per device); default: the data folder's `devices/`.
+        #[arg(long = "path")]
+        paths: Vec<std::path::PathBuf>,
         /// Start it and return at once.
         #[arg(long)]
         no_wait: bool,
@@ -225,6 +242,33 @@ pub fn device(cmd: &DeviceCommand) -> Result<()> {
                 ),
                 None => println!("rebuilding device {device} while serving"),
             }
+            if *no_wait {
+                return Ok(());
+            }
+            follow(&t)
+        }
+        DeviceCommand::Add {
+            devices,
+            paths,
+            no_wait,
+            admin,
+        } => {
+            let t = admin.target()?;
+            let mut query = format!("?count={devices}");
+            for p in paths {
+                query.push_str(&format!("&path={}", percent_encode(&p.to_string_lossy())));
+            }
+            let answer = call(&t, "POST", &format!("/admin/v1/devices/add{query}"))?;
+            let answer: serde_json::Value =
+                serde_json::from_str(&answer).context("the server's answer")?;
+            let added: Vec<String> = answer["added"]
+                .as_array()
+                .map(|a| a.iter().map(|d| d.to_string()).collect())
+                .unwrap_or_default();
+            println!(
+                "added devices {} while serving; the objects whose group changed move to them",
+                added.join(", ")
+            );
             if *no_wait {
                 return Ok(());
             }

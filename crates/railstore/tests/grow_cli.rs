@@ -121,12 +121,13 @@ fn grow_and_drain_a_data_folder() {
     });
 }
 
-/// `railstore device remove`: the devices a grow added are drained from a running server
-/// while it serves, and leave the array at its clean shutdown.
+/// `railstore device add` and `railstore device remove`: devices join a running server and
+/// are drained from it again while it serves, and leave the array at its clean shutdown.
 #[test]
-fn devices_are_removed_from_a_running_server() {
+fn devices_are_added_to_and_removed_from_a_running_server() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
+    let d = data.to_str().unwrap();
     let (access, secret) = ("remove-test", "remove-test-secret-0123");
     let (served, endpoint) = serve_in(dir.path(), access, secret);
     let addr = endpoint.trim_start_matches("http://").to_string();
@@ -134,26 +135,20 @@ fn devices_are_removed_from_a_running_server() {
     assert!(loaded && errors == 0, "{out}");
     let with = |args: &[&str]| {
         let mut a = args.to_vec();
-        a.extend(["--server", &addr, "--data", data.to_str().unwrap()]);
+        a.extend(["--server", &addr, "--data", d]);
         cli(&a)
     };
     let (done, out) = with(&["device", "remove"]);
     assert!(!done && out.contains("never grown"), "{out}");
-    let (status, _) = served.terminate();
-    assert!(status.success());
-
-    let cfg = config_file(dir.path());
-    let (c, d) = (cfg.to_str().unwrap(), data.to_str().unwrap());
-    ok(&["grow", "-c", c, "--data", d, "--devices", "6"]);
-    let (served, endpoint) = serve_in(dir.path(), access, secret);
-    let addr = endpoint.trim_start_matches("http://").to_string();
-    let with = |args: &[&str]| {
-        let mut a = args.to_vec();
-        a.extend(["--server", &addr, "--data", d]);
-        cli(&a)
-    };
-    let (done, out) = with(&["repair", "status", "--watch"]);
-    assert!(done, "the grow's move: {out}");
+    let (done, out) = with(&["device", "add", "--devices", "4"]);
+    assert!(!done && out.contains("400"), "{out}");
+    let (done, out) = with(&["device", "add", "--devices", "6"]);
+    assert!(
+        done && out.contains("added devices 6, 7, 8, 9, 10, 11") && out.contains("finished"),
+        "{out}"
+    );
+    let (loaded, errors, out) = load(&endpoint, access, secret);
+    assert!(loaded && errors == 0, "{out}");
     let (done, out) = with(&["device", "remove"]);
     assert!(
         done && out.contains("draining devices 6, 7, 8, 9, 10, 11") && out.contains("finished"),
@@ -165,8 +160,9 @@ fn devices_are_removed_from_a_running_server() {
     assert!(loaded && errors == 0, "{out}");
     let (status, log) = served.terminate();
     assert!(status.success(), "{log}");
+    let cfg = config_file(dir.path());
     let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
-        .args(["status", "-c", c, "--data", d, "--json"])
+        .args(["status", "-c", cfg.to_str().unwrap(), "--data", d, "--json"])
         .output()
         .unwrap();
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -2,9 +2,9 @@
 //!
 //! A grow adds devices, a multiple of the group width, as a new layout epoch with groups of
 //! their own (placement's `Layout::grown`); a drain takes the last epoch's devices out again.
-//! Both are recorded offline (`railstore grow`, `railstore drain`, with the server stopped:
-//! rails and the manager take their device count at start), and the objects whose group
-//! changed move while `serve` serves, as the store's one background run, throttled like a
+//! Both are recorded with the server stopped (`railstore grow`, `railstore drain`) or while it
+//! serves (`Store::grow_online`, `Store::drain_online`: rails and the manager take the change
+//! in place), and the objects whose group changed move while `serve` serves, as the store's one background run, throttled like a
 //! rebuild and shown in `/status` (`repair.kind`: `grow` or `drain`). The manager finds every
 //! object under the old or the new epoch until the move is done (redundancy's `relocate.rs`).
 //!
@@ -12,7 +12,7 @@
 //! was before the command, or with the command done):
 //! - grow: the added devices are made and stamped with the array's identity, `array.json`
 //!   names them, the `moving` file says `grow E`, then the layout file gains its `grow` line
-//!   (the commit). An open drops devices `array.json` names beyond the layout, and ignores a
+//!   (the commit); online, the devices join rails and the manager after it. An open drops devices `array.json` names beyond the layout, and ignores a
 //!   `moving` file whose epoch count is not the layout's.
 //! - drain: the `moving` file says `drain E`; nothing else changes until the move is done.
 //! - the end of a grow's move removes the `moving` file. The end of a drain's move is kept in
@@ -23,7 +23,7 @@
 
 use crate::background::RunKind;
 use crate::config::{DeviceKind, StoreConfig};
-use crate::devices::{check_empty, device_path, open_device};
+use crate::devices::{check_empty, device_path, open_device, Opened};
 use crate::error::{Result, StoreError};
 use crate::identity::{write_durably, ArrayIdentity};
 use crate::open::{lock_data_dir, remove_durably, LAYOUT_FILE};
@@ -205,6 +205,66 @@ fn commit_grow(data_dir: &Path, grown: &Layout) -> Result<()> {
     Ok(())
 }
 
+/// Makes the `added` devices a grow adds after the array's `existing` ones: at `paths` (absent
+/// or empty, one per device) or in the data folder's `devices/`. Returns where they are and
+/// the devices opened.
+fn make_devices(
+    config: &StoreConfig,
+    existing: &[PathBuf],
+    added: usize,
+    paths: &[PathBuf],
+) -> Result<(Vec<PathBuf>, Vec<Opened>)> {
+    if !paths.is_empty() && paths.len() != added {
+        return Err(StoreError::InvalidArgument(format!(
+            "{} paths for {added} devices: give one per device, or none",
+            paths.len()
+        )));
+    }
+    let before = existing.len();
+    let mut targets = Vec::with_capacity(added);
+    for j in 0..added {
+        let i = before + j;
+        let p = match paths.get(j) {
+            Some(p) if !p.is_absolute() => {
+                return Err(StoreError::InvalidArgument(format!(
+                    "{}: a device's path must be absolute",
+                    p.display()
+                )))
+            }
+            Some(p) => p.clone(),
+            None => config.data_dir.join("devices").join(i.to_string()),
+        };
+        if existing.contains(&p) || targets.contains(&p) {
+            return Err(StoreError::InvalidArgument(format!(
+                "{}: another device of the array is there",
+                p.display()
+            )));
+        }
+        check_unused(&p)?;
+        targets.push(p);
+    }
+    let mut opened = Vec::with_capacity(added);
+    for (j, p) in targets.iter().enumerate() {
+        let i = before + j;
+        let mut one = config.clone();
+        one.devices.paths = (0..=i)
+            .map(|d| existing.get(d).cloned().unwrap_or_else(|| p.clone()))
+            .collect();
+        opened.push(open_device(&one, i)?);
+    }
+    Ok((targets, opened))
+}
+
+/// The paths `array.json` records for added devices: only where the open would not look by
+/// itself (`--path`); a device in the data folder's `devices/` moves with the folder.
+fn recorded_targets(paths: &[PathBuf], targets: &[PathBuf]) -> Vec<Option<PathBuf>> {
+    if paths.is_empty() {
+        vec![None; targets.len()]
+    } else {
+        targets.iter().cloned().map(Some).collect()
+    }
+}
+
 impl Store {
     /// Adds `added` devices to the stopped array of `config` as a new layout epoch: at
     /// `paths` (absent or empty, one per device) or in the data folder's `devices/`. The
@@ -220,12 +280,6 @@ impl Store {
                 "memory devices hold nothing across restarts: there is no array to grow".into(),
             ));
         }
-        if !paths.is_empty() && paths.len() != added {
-            return Err(StoreError::InvalidArgument(format!(
-                "{} paths for {added} devices: give one per device, or none",
-                paths.len()
-            )));
-        }
         let _lock = lock_data_dir(&config)?;
         let saved = stopped_array(&config)?;
         let grown = saved
@@ -237,60 +291,19 @@ impl Store {
             config.devices.count = before;
         }
         let recorded = crate::identity::recorded_paths(&config.data_dir)?;
-        let mut targets = Vec::with_capacity(added);
-        for j in 0..added {
-            let i = before + j;
-            let p = match paths.get(j) {
-                Some(p) if !p.is_absolute() => {
-                    return Err(StoreError::InvalidArgument(format!(
-                        "{}: a device's path must be absolute",
-                        p.display()
-                    )))
-                }
-                Some(p) => p.clone(),
-                None => config.data_dir.join("devices").join(i.to_string()),
-            };
-            let taken = (0..before).any(|d| {
+        let existing: Vec<PathBuf> = (0..before)
+            .map(|d| {
                 recorded
                     .get(d)
                     .cloned()
                     .flatten()
                     .unwrap_or_else(|| device_path(&config, d))
-                    == p
-            });
-            if taken || targets.contains(&p) {
-                return Err(StoreError::InvalidArgument(format!(
-                    "{}: another device of the array is there",
-                    p.display()
-                )));
-            }
-            check_unused(&p)?;
-            targets.push(p);
-        }
-        let mut opened = Vec::with_capacity(added);
-        for (j, p) in targets.iter().enumerate() {
-            let i = before + j;
-            let mut one = config.clone();
-            one.devices.paths = (0..=i)
-                .map(|d| {
-                    if d == i {
-                        p.clone()
-                    } else {
-                        device_path(&config, d)
-                    }
-                })
-                .collect();
-            opened.push(open_device(&one, i)?);
-        }
+            })
+            .collect();
+        let (targets, opened) = make_devices(&config, &existing, added, &paths)?;
         let devices: Vec<Arc<dyn Device>> = opened.iter().map(|o| o.device.clone()).collect();
-        // A path is recorded only where the open would not look by itself (`--path`): a
-        // device in the data folder's `devices/` moves with the folder.
-        let recorded_targets: Vec<Option<PathBuf>> = if paths.is_empty() {
-            vec![None; added]
-        } else {
-            targets.iter().cloned().map(Some).collect()
-        };
-        ArrayIdentity::add_devices(&config.data_dir, before, &devices, &recorded_targets).await?;
+        let recorded = recorded_targets(&paths, &targets);
+        ArrayIdentity::add_devices(&config.data_dir, before, &devices, &recorded).await?;
         for o in &opened {
             if let Some(f) = &o.file {
                 f.close_blocking().map_err(|source| StoreError::Device {
@@ -414,6 +427,101 @@ impl Store {
         })
     }
 
+    /// [`Store::grow_offline`] while the array serves (`railstore device add`): the devices
+    /// are made, stamped and recorded as the offline grow does (the layout file last, the
+    /// commit), then join rails and the manager, which from then on writes by the grown layout
+    /// and finds objects under either until the move, started as the store's background run,
+    /// is done. Refused while a rebuild, scrub or move runs, or while a drained epoch awaits
+    /// its clean shutdown. Returns what was added and the move's status.
+    pub async fn grow_online(
+        &self,
+        added: usize,
+        paths: Vec<PathBuf>,
+    ) -> Result<(GrowReport, RepairStatus)> {
+        let inner = &self.inner;
+        if inner.closing.load(Ordering::SeqCst) {
+            return Err(StoreError::ShuttingDown);
+        }
+        let Some(identity) = inner.identity.clone() else {
+            return Err(StoreError::InvalidArgument(
+                "memory devices hold nothing across restarts: grow an array of files".into(),
+            ));
+        };
+        let report = {
+            let _one_at_a_time = inner.repair_ops.lock().await;
+            if let Some(r) = self.repair_status().filter(|r| r.running) {
+                return Err(StoreError::Conflict(format!(
+                    "a {} is running: grow once it is done (railstore repair status)",
+                    r.kind
+                )));
+            }
+            if inner.drained.load(Ordering::SeqCst) || inner.manager.moving().is_some() {
+                return Err(StoreError::Conflict(
+                    "a drain awaits its clean shutdown, or a move between layout epochs is \
+                     under way: grow after it"
+                        .into(),
+                ));
+            }
+            let layout = inner.manager.layout();
+            let before = layout.devices();
+            let grown = layout
+                .grown(added)
+                .map_err(|e| StoreError::InvalidArgument(e.to_string()))?;
+            let existing: Vec<PathBuf> = inner
+                .devices
+                .all()
+                .iter()
+                .map(|o| {
+                    let o = o.lock().unwrap();
+                    o.path.clone().unwrap_or_default()
+                })
+                .collect();
+            let (targets, mut opened) = make_devices(&inner.config, &existing, added, &paths)?;
+            let (slots, raw) = crate::open::slotted(&mut opened);
+            identity
+                .join_devices(before, &raw, &recorded_targets(&paths, &targets))
+                .await?;
+            // The commit: from here the next open finds the array grown, its move to run.
+            commit_grow(&inner.config.data_dir, &grown)?;
+            let colours: Vec<usize> = (before..grown.devices())
+                .map(|d| grown.colour_of(d))
+                .collect();
+            // Should either refuse now, the array serves by the old layout until the next
+            // start, which finds the grow recorded and runs its move.
+            let wrapped = inner
+                .rails_layer
+                .add_devices(raw, colours)
+                .map_err(|source| StoreError::Device {
+                    what: "adding devices to separation",
+                    source,
+                })?;
+            inner.manager.start_grow(wrapped, grown.clone()).await?;
+            // Last: what lists the store's devices (`/status`) finds them in every layer.
+            inner.devices.extend(
+                &opened
+                    .into_iter()
+                    .map(|o| Arc::new(std::sync::Mutex::new(o)))
+                    .collect::<Vec<_>>(),
+            );
+            inner.slots.extend(&slots);
+            tracing::info!(
+                before,
+                after = grown.devices(),
+                "devices added while serving; the objects whose group changed move now"
+            );
+            GrowReport {
+                devices_before: before,
+                devices_after: grown.devices(),
+                paths: targets,
+            }
+        };
+        self.start_move_schedule();
+        let status = self.repair_status().ok_or_else(|| {
+            StoreError::Conflict("the grow is recorded; its move starts shortly".into())
+        })?;
+        Ok((report, status))
+    }
+
     /// The devices a drain (running, or done and awaiting the clean shutdown) takes out of
     /// the array; empty when no drain was started.
     pub fn drain_target(&self) -> std::ops::Range<usize> {
@@ -512,7 +620,7 @@ impl Store {
             return Ok(());
         }
         let kept = inner.manager.layout();
-        let drained: Vec<PathBuf> = inner.devices[kept.devices()..]
+        let drained: Vec<PathBuf> = inner.devices.all()[kept.devices()..]
             .iter()
             .filter_map(|o| o.lock().unwrap().path.clone())
             .collect();

@@ -341,6 +341,34 @@ impl ArrayIdentity {
         )
     }
 
+    /// [`ArrayIdentity::add_devices`] for the running array (an online grow): the devices are
+    /// stamped with the current epoch, then recorded here and in the state file, durably.
+    pub(crate) async fn join_devices(
+        &self,
+        first: usize,
+        devices: &[Arc<dyn Device>],
+        paths: &[Option<PathBuf>],
+    ) -> Result<()> {
+        let grown = {
+            let mut st = self.state.lock().unwrap().clone();
+            st.devices.truncate(first);
+            st.devices.extend(paths.iter().map(|p| DeviceEntry {
+                id: new_id(),
+                health: DeviceHealth::Ok,
+                reason: None,
+                path: p.clone(),
+            }));
+            st
+        };
+        for (j, dev) in devices.iter().enumerate() {
+            stamp(dev.as_ref(), &grown.identity_of(first + j, grown.epoch)).await?;
+        }
+        let mut st = self.state.lock().unwrap();
+        st.devices.truncate(first);
+        st.devices.extend_from_slice(&grown.devices[first..]);
+        self.save(&st)
+    }
+
     /// Forgets every device from `n` on (a drain removed them from the layout), durably.
     pub(crate) fn keep_devices(&self, n: usize) -> Result<()> {
         let mut st = self.state.lock().unwrap();

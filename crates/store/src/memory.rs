@@ -71,6 +71,7 @@ impl Store {
             device_bytes: self
                 .inner
                 .slots
+                .all()
                 .iter()
                 .map(|s| railstore_device::Device::memory_bytes(s.as_ref()))
                 .collect(),

@@ -158,12 +158,12 @@ impl Store {
         let snaps = inner.rails.as_ref().map(|r| r.snapshot());
         let layout = inner.manager.layout();
         let mut devices = Vec::new();
-        for (i, o) in inner.devices.iter().enumerate() {
+        for (i, o) in inner.devices.all().iter().enumerate() {
             let o = o.lock().unwrap().clone();
             let info = o.device.info().await;
             let failed = !inner.manager.devices().readable(i);
             let recorded = inner.identity.as_ref().map(|id| id.health(i));
-            let snap = snaps.as_ref().map(|s| s[i].clone());
+            let snap = snaps.as_ref().and_then(|s| s.get(i).cloned());
             devices.push(DeviceStatus {
                 index: i,
                 path: o.path.as_ref().map(|p| p.display().to_string()),

@@ -111,7 +111,7 @@ impl Store {
         let _one_at_a_time = self.inner.repair_ops.lock().await;
         self.check_replaceable(d).await?;
         let inner = &self.inner;
-        let current = inner.devices[d].lock().unwrap().path.clone();
+        let current = inner.devices.get(d).lock().unwrap().path.clone();
         let (Some(current), false) = (current, inner.config.devices.kind == DeviceKind::Mem) else {
             return Err(StoreError::InvalidArgument(format!(
                 "device {d} has no folder or file of its own to rebuild onto"
@@ -167,7 +167,7 @@ impl Store {
         if self.inner.identity.is_none() {
             return bad("a store without a data folder cannot record a device's new path".into());
         }
-        for (i, o) in self.inner.devices.iter().enumerate() {
+        for (i, o) in self.inner.devices.all().iter().enumerate() {
             if o.lock().unwrap().path.as_deref() == Some(p) {
                 return bad(if i == d {
                     format!("device {d} is there already: replace it without a path")
@@ -207,7 +207,7 @@ impl Store {
         )
         .await?;
         self.mark_rebuilding(d)?;
-        let path = self.inner.devices[d].lock().unwrap().path.clone();
+        let path = self.inner.devices.get(d).lock().unwrap().path.clone();
         let fresh = crate::devices::Opened {
             device,
             file: None,
@@ -249,13 +249,13 @@ impl Store {
         let inner = &self.inner;
         let device: Arc<dyn Device> = Arc::new(RetryingDevice::new(fresh.device.clone()));
         let old = std::mem::replace(
-            &mut *inner.devices[d].lock().unwrap(),
+            &mut *inner.devices.get(d).lock().unwrap(),
             crate::devices::Opened {
                 device: device.clone(),
                 ..fresh
             },
         );
-        inner.slots[d].swap(device);
+        inner.slots.get(d).swap(device);
         if let Some(f) = old.file {
             // Its files are gone or set aside: nothing more is written through it.
             f.crash();
@@ -268,7 +268,7 @@ impl Store {
                 what: "readmitting the new device",
                 source,
             })?;
-        let path = inner.devices[d].lock().unwrap().path.clone();
+        let path = inner.devices.get(d).lock().unwrap().path.clone();
         tracing::info!(device = d, path = ?path, "rebuilding device while serving");
         self.start_rebuild(d, options)
     }
@@ -314,7 +314,7 @@ impl Store {
             )));
         }
         if let Some(id) = &inner.identity {
-            id.readmit(d, inner.slots[d].as_ref()).await?;
+            id.readmit(d, inner.slots.get(d).as_ref()).await?;
             if inner.manager.devices().is_failed(d) {
                 // It failed between the check and the record: record that instead.
                 id.set_health(
@@ -364,6 +364,7 @@ pub(crate) async fn device_watch(store: Weak<Inner>, interval: Duration) {
         }
         let files: Vec<_> = inner
             .devices
+            .all()
             .iter()
             .enumerate()
             .filter(|(d, _)| inner.manager.devices().readable(*d))

@@ -10,7 +10,9 @@ use crate::identity::{sync_dir, write_durably, ArrayIdentity, DeviceHealth, NotC
 use crate::metrics::Metrics;
 use crate::online::device_watch;
 use crate::scrubber::scrub_schedule;
-use crate::store::{reaper, Committer, Inner, State, Store, CLEAN_MARKER, RECORD_LOCK_STRIPES};
+use crate::store::{
+    reaper, Committer, Growing, Inner, State, Store, CLEAN_MARKER, RECORD_LOCK_STRIPES,
+};
 use crate::warmup::IndexState;
 use railstore_device::{Device, DeviceSlot, MemConfig, MemDevice, RetryingDevice};
 use railstore_placement::Layout;
@@ -253,18 +255,7 @@ impl Store {
                 }
             }
         }
-        // Transient faults are retried at the device, under every layer that uses it.
-        for o in &mut devices {
-            o.device = Arc::new(RetryingDevice::new(o.device.clone()));
-        }
-        // Each device sits in a slot, so an online replace swaps it under rails and the
-        // manager (`online.rs`).
-        let slots: Vec<Arc<DeviceSlot>> = devices
-            .iter()
-            .map(|o| Arc::new(DeviceSlot::new(o.device.clone())))
-            .collect();
-        let raw: Vec<Arc<dyn Device>> =
-            slots.iter().map(|s| s.clone() as Arc<dyn Device>).collect();
+        let (slots, raw) = slotted(&mut devices);
         let tolerance = config.tolerance();
         let (identity, failed) = if persistent {
             let a = ArrayIdentity::admit(data_dir, &raw, &present, fresh, tolerance).await?;
@@ -338,8 +329,13 @@ impl Store {
                 manager: array.manager,
                 rails: config.separation.is_some().then_some(array.rails.clone()),
                 rails_layer: array.rails,
-                devices: devices.into_iter().map(Mutex::new).collect(),
-                slots,
+                devices: Growing::new(
+                    devices
+                        .into_iter()
+                        .map(|o| Arc::new(Mutex::new(o)))
+                        .collect(),
+                ),
+                slots: Growing::new(slots),
                 repair: Mutex::new(None),
                 repair_ops: tokio::sync::Mutex::new(()),
                 state: RwLock::new(State::default()),
@@ -404,6 +400,7 @@ impl Store {
         let files: Vec<_> = self
             .inner
             .devices
+            .all()
             .iter()
             .filter_map(|o| o.lock().unwrap().file.clone())
             .collect();
@@ -514,4 +511,19 @@ pub(crate) fn lock_data_dir(config: &StoreConfig) -> Result<File> {
         ))
     })?;
     Ok(f)
+}
+
+/// Wraps opened devices as every layer above expects them: transient faults retried at the
+/// device, under every layer that uses it, and each device in a slot, so an online replace
+/// swaps it under rails and the manager (`online.rs`). Returns the slots, and them as devices.
+pub(crate) fn slotted(devices: &mut [Opened]) -> (Vec<Arc<DeviceSlot>>, Vec<Arc<dyn Device>>) {
+    for o in devices.iter_mut() {
+        o.device = Arc::new(RetryingDevice::new(o.device.clone()));
+    }
+    let slots: Vec<Arc<DeviceSlot>> = devices
+        .iter()
+        .map(|o| Arc::new(DeviceSlot::new(o.device.clone())))
+        .collect();
+    let raw = slots.iter().map(|s| s.clone() as Arc<dyn Device>).collect();
+    (slots, raw)
 }

@@ -76,7 +76,7 @@ impl Store {
                 Some("rebuild started".into()),
             )?;
         }
-        let replacement = store.inner.slots[device].clone() as Arc<dyn Device>;
+        let replacement = store.inner.slots.get(device).clone() as Arc<dyn Device>;
         let report = store
             .inner
             .manager

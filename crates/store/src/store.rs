@@ -159,10 +159,10 @@ pub(crate) struct Inner {
     /// Rails whether or not it separates (a pass-through without separation): failing and
     /// readmitting devices go through it.
     pub rails_layer: Arc<Rails>,
-    /// The devices as opened; an online replace changes one.
-    pub devices: Vec<Mutex<Opened>>,
+    /// The devices as opened; an online replace changes one, an online grow adds some.
+    pub devices: Growing<Arc<Mutex<Opened>>>,
     /// The slot each device sits in under rails (`online.rs` swaps them).
-    pub slots: Vec<Arc<railstore_device::DeviceSlot>>,
+    pub slots: Growing<Arc<railstore_device::DeviceSlot>>,
     /// The rebuild running or last run while serving.
     pub repair: Mutex<Option<crate::background::RepairRun>>,
     /// Held while a rebuild or scrub is being started (one start at a time).
@@ -192,6 +192,36 @@ pub(crate) struct Inner {
     pub warmup: crate::warmup::Warmup,
     /// The background load of the index, awaited at shutdown.
     pub loader: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// A list of the array's devices that an online grow appends to; read without a lock.
+pub(crate) struct Growing<T>(arc_swap::ArcSwap<Vec<T>>);
+
+impl<T: Clone> Growing<T> {
+    pub fn new(items: Vec<T>) -> Growing<T> {
+        Growing(arc_swap::ArcSwap::from_pointee(items))
+    }
+
+    pub fn get(&self, d: usize) -> T {
+        self.0.load()[d].clone()
+    }
+
+    pub fn all(&self) -> Arc<Vec<T>> {
+        self.0.load_full()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.load().len()
+    }
+
+    /// Appends `more` (callers add one grow at a time).
+    pub fn extend(&self, more: &[T]) {
+        self.0.rcu(|old| {
+            let mut all = Vec::clone(old);
+            all.extend_from_slice(more);
+            all
+        });
+    }
 }
 
 /// The store. Cheap to clone; clones share everything.

@@ -338,6 +338,51 @@ async fn an_array_drains_while_it_serves() {
     assert!(!dir.path().join("devices/6").exists());
 }
 
+/// `Store::grow_online`: six devices join the running array under a client's load, the move
+/// runs, a shutdown in the middle of it is resumed at the next start, and the array opens as
+/// twelve devices with every object as the model says. A second grow while the move runs is
+/// refused; an uneven count is refused and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_array_grows_while_it_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let model = filled(&cfg).await;
+    let store = Store::open(cfg.clone()).await.unwrap();
+    let e = store.grow_online(4, vec![]).await.unwrap_err();
+    assert!(matches!(e, StoreError::InvalidArgument(_)), "{e}");
+    assert_eq!(store.manager().devices().len(), 6);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let c = client(store.clone(), model.clone(), stop.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (report, started) = store.grow_online(6, vec![]).await.unwrap();
+    assert_eq!((report.devices_before, report.devices_after), (6, 12));
+    assert_eq!(started.kind, "grow");
+    assert_eq!(store.manager().devices().len(), 12);
+    assert_eq!(store.status().await.devices.len(), 12);
+    assert!(dir.path().join("moving").exists());
+    assert!(dir.path().join("devices/11").exists());
+    let e = store.grow_online(6, vec![]).await.unwrap_err();
+    assert!(matches!(e, StoreError::Conflict(_)), "{e}");
+    move_under_way(&store).await;
+    stop.store(true, Ordering::SeqCst);
+    assert!(c.await.unwrap() > 0);
+    check_all(&store, &model, "growing online").await;
+    close(store).await;
+
+    // The next start goes on with the move.
+    let store = Store::open(cfg.clone()).await.unwrap();
+    assert_eq!(store.manager().devices().len(), 12);
+    move_with_client(&store, &model, "grow").await;
+    check_all(&store, &model, "grown online").await;
+    close(store).await;
+    assert!(!dir.path().join("moving").exists());
+    let store = Store::open(cfg.clone()).await.unwrap();
+    assert_eq!(store.manager().moving(), None);
+    check_all(&store, &model, "grown online, reopened").await;
+    close(store).await;
+}
+
 /// A grow cut by a crash before its layout named the added devices did not happen: the next
 /// open forgets them, and so does a grow made again (their folders cleared) without an open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

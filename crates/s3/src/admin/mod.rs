@@ -11,6 +11,10 @@
 //! - `POST /admin/v1/devices/N/replace[?path=P]`: rebuilds failed device N onto an empty device
 //!   at its place, or at absolute path P (recorded: the device lives there from then on), in
 //!   the background (202, the rebuild's status).
+//! - `POST /admin/v1/devices/add?count=K[&path=P]...`: adds K devices (a multiple of the group
+//!   width) while serving, in the data folder's `devices/` or at the absolute paths P, one per
+//!   device; the objects whose group changed move in the background (202: `added`, the devices,
+//!   and `repair`, the move's status).
 //! - `POST /admin/v1/devices/remove`: drains the devices the last grow added while serving:
 //!   their objects move to the others in the background (202: `removing`, the devices, and
 //!   `repair`, the move's status); they leave the array at the next clean shutdown.
@@ -105,6 +109,29 @@ async fn operation<B>(admin: &Admin<'_>, req: &Request<B>) -> Response<Bytes> {
             Ok(r) => json(StatusCode::ACCEPTED, &r),
             Err(e) => store_error(&e),
         },
+        (&Method::POST, ["devices", "add"]) => {
+            let query = req.uri().query().unwrap_or("");
+            let Some(Ok(count)) = query_value(query, "count").map(|c| c.parse::<usize>()) else {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "InvalidArgument",
+                    "count=K (the devices to add, a multiple of the group width) is needed",
+                );
+            };
+            let paths = query_values(query, "path").map(Into::into).collect();
+            match store.grow_online(count, paths).await {
+                Ok((report, r)) => json(
+                    StatusCode::ACCEPTED,
+                    &serde_json::json!({
+                        "added": (report.devices_before..report.devices_after)
+                            .collect::<Vec<usize>>(),
+                        "paths": report.paths,
+                        "repair": r,
+                    }),
+                ),
+                Err(e) => store_error(&e),
+            }
+        }
         (&Method::POST, ["devices", "remove"]) => match store.drain_online().await {
             Ok(r) => json(
                 StatusCode::ACCEPTED,
@@ -167,7 +194,12 @@ fn not_found(method: &Method, path: &str) -> Response<Bytes> {
 
 /// One value of a query string, percent-decoded (`+` is a space, as forms send it).
 fn query_value(query: &str, name: &str) -> Option<String> {
-    query.split('&').find_map(|pair| {
+    query_values(query, name).next()
+}
+
+/// Every value of `name` in `query`, decoded, in order.
+fn query_values<'a>(query: &'a str, name: &'a str) -> impl Iterator<Item = String> + 'a {
+    query.split('&').filter_map(move |pair| {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         (crate::guard::percent_decode(k) == name).then(|| crate::guard::percent_decode(v))
     })
@@ -213,5 +245,7 @@ mod tests {
         );
         assert_eq!(query_value("reason", "reason").as_deref(), Some(""));
         assert_eq!(query_value("x=1", "reason"), None);
+        let paths: Vec<String> = query_values("count=6&path=%2Fa&x=1&path=%2Fb", "path").collect();
+        assert_eq!(paths, ["/a", "/b"]);
     }
 }
