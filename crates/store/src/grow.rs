@@ -486,8 +486,8 @@ impl Store {
             let colours: Vec<usize> = (before..grown.devices())
                 .map(|d| grown.colour_of(d))
                 .collect();
-            // Should either refuse now, the array serves by the old layout until the next
-            // start, which finds the grow recorded and runs its move.
+            // If either refuses now, the array serves by the old layout until the next start,
+            // which finds the grow recorded and runs its move.
             let wrapped = inner
                 .rails_layer
                 .add_devices(raw, colours)
