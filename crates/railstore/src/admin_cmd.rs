@@ -259,15 +259,9 @@ pub fn device(cmd: &DeviceCommand) -> Result<()> {
                 query.push_str(&format!("&path={}", percent_encode(&p.to_string_lossy())));
             }
             let answer = call(&t, "POST", &format!("/admin/v1/devices/add{query}"))?;
-            let answer: serde_json::Value =
-                serde_json::from_str(&answer).context("the server's answer")?;
-            let added: Vec<String> = answer["added"]
-                .as_array()
-                .map(|a| a.iter().map(|d| d.to_string()).collect())
-                .unwrap_or_default();
             println!(
                 "added devices {} while serving; the objects whose group changed move to them",
-                added.join(", ")
+                devices_in(&answer, "added")?
             );
             if *no_wait {
                 return Ok(());
@@ -277,16 +271,10 @@ pub fn device(cmd: &DeviceCommand) -> Result<()> {
         DeviceCommand::Remove { no_wait, admin } => {
             let t = admin.target()?;
             let answer = call(&t, "POST", "/admin/v1/devices/remove")?;
-            let answer: serde_json::Value =
-                serde_json::from_str(&answer).context("the server's answer")?;
-            let removing: Vec<String> = answer["removing"]
-                .as_array()
-                .map(|a| a.iter().map(|d| d.to_string()).collect())
-                .unwrap_or_default();
             println!(
                 "draining devices {} while serving; they leave the array at the server's next \
                  clean shutdown",
-                removing.join(", ")
+                devices_in(&answer, "removing")?
             );
             if *no_wait {
                 return Ok(());
@@ -325,6 +313,16 @@ pub fn repair(cmd: &RepairCommand) -> Result<()> {
     let r: RepairStatus = serde_json::from_str(&body).context("parsing the repair status")?;
     println!("{}", describe(&r));
     Ok(())
+}
+
+/// The devices the server's JSON `answer` lists under `field`, as "6, 7, 8".
+fn devices_in(answer: &str, field: &str) -> Result<String> {
+    let answer: serde_json::Value = serde_json::from_str(answer).context("the server's answer")?;
+    let devices: Vec<String> = answer[field]
+        .as_array()
+        .map(|a| a.iter().map(|d| d.to_string()).collect())
+        .unwrap_or_default();
+    Ok(devices.join(", "))
 }
 
 /// Shows the rebuild's progress until it ends; fails when it stopped without finishing.
