@@ -175,16 +175,23 @@ async fn drive(ctx: Arc<RunCtx>, mut client: Client, index: usize) -> Tally {
                 }
             }
         };
-        let key = if ctx.workload == Workload::Put {
+        let (key, size) = if ctx.workload == Workload::Put {
             t.put_keys += 1;
-            put_key(&p.prefix, ctx.target, ctx.round, index, t.put_keys - 1)
+            let n = t.put_keys - 1;
+            (
+                put_key(&p.prefix, ctx.target, ctx.round, index, n),
+                p.size_of(((index as u64) << 40) | n),
+            )
         } else {
-            object_key(&p.prefix, rng.gen_range(0..p.objects))
+            let id = rng.gen_range(0..p.objects);
+            (object_key(&p.prefix, id), p.size_of(id))
         };
         let r = if kind == PUT {
-            client.put(&p.bucket, &key, &ctx.data).await
+            client
+                .put(&p.bucket, &key, &ctx.data.slice(..size as usize))
+                .await
         } else {
-            client.get(&p.bucket, &key, p.size_bytes).await
+            client.get(&p.bucket, &key, size).await
         };
         let t1 = Instant::now();
         match r {
@@ -468,8 +475,8 @@ fn result_of(
     }
 }
 
-/// Object contents: one random buffer every PUT sends (the store neither compresses nor
-/// deduplicates).
+/// Object contents: one random buffer of the largest size, whose start every PUT sends (the
+/// store neither compresses nor deduplicates).
 fn object_data(size: u64, seed: u64) -> Bytes {
     let mut v = vec![0u8; size as usize];
     ChaCha8Rng::seed_from_u64(seed ^ 0x5eed).fill(&mut v[..]);
@@ -604,6 +611,7 @@ async fn preload_via(
 
 async fn preload(args: &LoadArgs, plan: &Plan, target: &Target, data: &Bytes) -> Result<()> {
     let (bucket, prefix, data) = (plan.bucket.clone(), plan.prefix.clone(), data.clone());
+    let sizes = plan.clone();
     for_each_key(
         target,
         plan.clients,
@@ -611,7 +619,8 @@ async fn preload(args: &LoadArgs, plan: &Plan, target: &Target, data: &Bytes) ->
         "preload",
         args.quiet,
         move |mut c, i| {
-            let (bucket, key, data) = (bucket.clone(), object_key(&prefix, i), data.clone());
+            let (bucket, key) = (bucket.clone(), object_key(&prefix, i));
+            let data = data.slice(..sizes.size_of(i) as usize);
             async move {
                 let r = c.put(&bucket, &key, &data).await.map(|_| ());
                 (c, r)
@@ -689,7 +698,7 @@ pub async fn measure(
     }
     args.say(&table_header());
     make_bucket(&s3, &plan).await?;
-    let data = object_data(plan.size_bytes, plan.seed);
+    let data = object_data(plan.size_max_bytes, plan.seed);
     let mut runs = Vec::new();
     let mut preloaded = false;
     let mut s3_put_keys = Vec::new();
@@ -1028,8 +1037,12 @@ mod tests {
     }
 
     /// The whole loop against the store alone (the S3 side is exercised by the binary's test).
-    #[test]
-    fn store_runs_count_operations() {
+    /// Runs `body` on a store of memory devices, in a runtime of two workers.
+    fn on_a_memory_store<F, Fut>(body: F)
+    where
+        F: FnOnce(Store) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -1044,6 +1057,13 @@ mod tests {
             cfg.devices.kind = railstore_store::DeviceKind::Mem;
             cfg.devices.capacity_bytes = 256 << 20;
             let store = Store::open(cfg).await.unwrap();
+            body(store.clone()).await;
+        });
+    }
+
+    #[test]
+    fn store_runs_count_operations() {
+        on_a_memory_store(|store| async move {
             let args = LoadArgs {
                 workload: vec![Workload::Put, Workload::Mixed],
                 size: "4KiB".into(),
@@ -1073,7 +1093,69 @@ mod tests {
             assert_eq!(r.kinds.len(), 2);
             assert_eq!(r.kinds.iter().map(|k| k.ops).sum::<u64>(), 200);
             assert_eq!(r.bytes, 200 * 4096);
-            store.shutdown().await.unwrap();
+        });
+    }
+
+    #[test]
+    fn sizes_from_a_range_are_fixed_per_object_and_span_it() {
+        let cli = Cli::parse_from(["x", "--size", "1KiB-8MiB", "--seed", "3"]);
+        let p = cli.load.plan().unwrap();
+        assert_eq!((p.size_bytes, p.size_max_bytes), (1024, 8 << 20));
+        assert_eq!(p.size, "1KiB-8MiB");
+        let sizes: Vec<u64> = (0..4000).map(|i| p.size_of(i)).collect();
+        assert!(sizes.iter().all(|s| (1024..=8 << 20).contains(s)));
+        assert_eq!(sizes, (0..4000).map(|i| p.size_of(i)).collect::<Vec<_>>());
+        // Log-uniform over 2^10..2^23: each factor of two holds about 1/13 of the objects.
+        let small = sizes.iter().filter(|&&s| s < 2048).count();
+        let large = sizes.iter().filter(|&&s| s >= 4 << 20).count();
+        assert!((200..420).contains(&small), "{small}");
+        assert!((200..420).contains(&large), "{large}");
+        let fixed = Cli::parse_from(["x", "--size", "4KiB"])
+            .load
+            .plan()
+            .unwrap();
+        assert!((0..100).all(|i| fixed.size_of(i) == 4096));
+        for bad in ["8MiB-1KiB", "0-4KiB", "1KiB-2GiB", "1KiB-"] {
+            let cli = Cli::parse_from(["x", "--size", bad]);
+            assert!(cli.load.plan().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn objects_of_a_size_range_read_back_at_their_own_lengths() {
+        on_a_memory_store(|store| async move {
+            let args = LoadArgs {
+                workload: vec![Workload::Get],
+                size: "100-64KiB".into(),
+                clients: 4,
+                ops: Some(300),
+                warmup: Some("0s".into()),
+                objects: Some(30),
+                ..LoadArgs::default()
+            };
+            let plan = args.plan().unwrap();
+            let target = Target::Store(store.clone());
+            let data = object_data(plan.size_max_bytes, 1);
+            let mut c = target.client();
+            c.create_bucket(&plan.bucket).await.unwrap();
+            preload(&args, &plan, &target, &data).await.unwrap();
+            let (r, _) = run_one(&args, &plan, &target, Workload::Get, 0, &data)
+                .await
+                .unwrap();
+            // A GET whose body is not the object's own size counts as an error.
+            assert_eq!((r.ops, r.errors), (300, 0), "{:?}", r.first_error);
+            assert!(
+                r.bytes > 300 * 100 && r.bytes < 300 * (64 << 10),
+                "{}",
+                r.bytes
+            );
+            for i in 0..plan.objects {
+                let got = store
+                    .head_object(&plan.bucket, &object_key(&plan.prefix, i))
+                    .await
+                    .unwrap();
+                assert_eq!(got.size, plan.size_of(i), "object {i}");
+            }
         });
     }
 }

@@ -3,6 +3,7 @@
 mod admin_cmd;
 mod grow_bench_cmd;
 mod grow_cmd;
+mod mixed_serve_cmd;
 mod mttdl_cmd;
 mod repair_bench_cmd;
 mod s3_bench_cmd;
@@ -16,7 +17,7 @@ use clap::{Parser, Subcommand};
 use railstore_bench::device::{DeviceBenchArgs, SimValidationArgs};
 use railstore_bench::ec::EcBenchArgs;
 use railstore_bench::kv::{KvBenchArgs, RebuildBenchArgs};
-use railstore_bench::mixed::MixedBenchArgs;
+use railstore_bench::mixed::{MixedBenchArgs, Preset};
 
 /// railstore: an object and key-value store for flash arrays that keeps reads at read-only
 /// latency while writes pour in, protected by erasure codes.
@@ -159,6 +160,9 @@ fn main() -> anyhow::Result<()> {
             BenchCommand::SimSsd(args) => railstore_bench::device::run_sim_validation(&args),
             BenchCommand::Kv(args) => railstore_bench::kv::run(&args),
             BenchCommand::Rebuild(args) => railstore_bench::kv::run_rebuild(&args),
+            BenchCommand::Mixed(args) if args.preset == Preset::Serve => {
+                mixed_serve_cmd::run(&args)
+            }
             BenchCommand::Mixed(args) => railstore_bench::mixed::run(&args),
             BenchCommand::S3(args) => s3_bench_cmd::run(&args),
             BenchCommand::Repair(args) => repair_bench_cmd::run(&args),

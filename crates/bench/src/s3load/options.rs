@@ -36,7 +36,9 @@ pub struct LoadArgs {
     /// reads, the rest overwrites of those objects).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "put,get")]
     pub workload: Vec<Workload>,
-    /// Object size (`4096`, `4KiB`, `1MiB`).
+    /// Object size (`4096`, `4KiB`, `1MiB`), or a range `MIN-MAX` (`1KiB-8MiB`): each object's
+    /// size then drawn log-uniformly from it, fixed per object by the seed (an overwrite keeps
+    /// its object's size, so every GET knows the length to expect).
     #[arg(long, default_value = "1MiB")]
     pub size: String,
     /// Concurrent clients (tasks), each with its own connection.
@@ -142,14 +144,37 @@ pub fn parse_duration(s: &str) -> Result<f64> {
     Ok(secs)
 }
 
+/// `--size`: one size, or `MIN-MAX`.
+fn parse_size_range(s: &str) -> Result<(u64, u64)> {
+    let (min, max) = match s.split_once('-') {
+        Some((a, b)) => (parse_bytes(a.trim())?, parse_bytes(b.trim())?),
+        None => {
+            let n = parse_bytes(s)?;
+            (n, n)
+        }
+    };
+    ensure!(min > 0, "--size must be positive");
+    ensure!(
+        min <= max,
+        "--size {s:?}: the range's minimum is above its maximum"
+    );
+    ensure!(
+        max <= 1 << 30,
+        "--size {s:?}: objects above 1 GiB are not supported (one buffer holds the largest)"
+    );
+    Ok((min, max))
+}
+
 /// The options resolved: what every run does.
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
     /// Workloads in order.
     pub workloads: Vec<Workload>,
-    /// Object size in bytes.
+    /// Object size in bytes (the smallest, with a range).
     pub size_bytes: u64,
-    /// Object size as written (`1MiB`).
+    /// The largest object size in bytes (`size_bytes` unless a range was given).
+    pub size_max_bytes: u64,
+    /// Object size as written (`1MiB`, `1KiB-8MiB`).
     pub size: String,
     /// Client tasks.
     pub clients: usize,
@@ -173,14 +198,34 @@ pub struct Plan {
     pub seed: u64,
 }
 
+impl Plan {
+    /// The size of object `id`: `size_bytes`, or with a range a log-uniform draw fixed by the
+    /// seed and the id.
+    pub fn size_of(&self, id: u64) -> u64 {
+        if self.size_max_bytes <= self.size_bytes {
+            return self.size_bytes;
+        }
+        // splitmix64 of (seed, id): the same id has the same size in every run and client.
+        let mut z = self.seed ^ id.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        let u = (z >> 11) as f64 / (1u64 << 53) as f64;
+        let (lo, hi) = (
+            (self.size_bytes as f64).ln(),
+            (self.size_max_bytes as f64).ln(),
+        );
+        ((lo + u * (hi - lo)).exp().round() as u64).clamp(self.size_bytes, self.size_max_bytes)
+    }
+}
+
 impl LoadArgs {
     /// Checks and resolves the options.
     pub fn plan(&self) -> Result<Plan> {
         ensure!(!self.workload.is_empty(), "no workload given");
         ensure!(self.clients > 0, "--clients must be at least 1");
         ensure!(self.rounds > 0, "--rounds must be at least 1");
-        let size_bytes = parse_bytes(&self.size)?;
-        ensure!(size_bytes > 0, "--size must be positive");
+        let (size_bytes, size_max_bytes) = parse_size_range(&self.size)?;
         ensure!(
             (0.0..=1.0).contains(&self.get_ratio),
             "--get-ratio must be between 0 and 1"
@@ -211,7 +256,16 @@ impl LoadArgs {
         Ok(Plan {
             workloads: self.workload.clone(),
             size_bytes,
-            size: human_bytes(size_bytes),
+            size_max_bytes,
+            size: if size_max_bytes > size_bytes {
+                format!(
+                    "{}-{}",
+                    human_bytes(size_bytes),
+                    human_bytes(size_max_bytes)
+                )
+            } else {
+                human_bytes(size_bytes)
+            },
             clients: self.clients,
             duration_s,
             ops: self.ops,

@@ -23,7 +23,7 @@ impl Session {
         let plan = args.plan()?;
         let s3 = Target::s3(endpoint).await?;
         make_bucket(&s3, &plan).await?;
-        let data = object_data(plan.size_bytes, plan.seed);
+        let data = object_data(plan.size_max_bytes, plan.seed);
         preload_via(args, &plan, &s3, store, &data).await?;
         settle(store).await?;
         Ok(Session {
