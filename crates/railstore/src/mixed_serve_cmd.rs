@@ -11,7 +11,7 @@
 use crate::s3_bench_cmd::{describe_store, InProcess, TempDir};
 use anyhow::{bail, Context, Result};
 use railstore_bench::harness::machine_description;
-use railstore_bench::mixed::{MixedBenchArgs, Mode};
+use railstore_bench::mixed::{DurabilityArg, MixedBenchArgs, Mode};
 use railstore_bench::s3load::{self, LoadArgs, RunResult, Setup, Workload};
 use railstore_store::{DeviceKind, Store, StoreConfig};
 use serde::Serialize;
@@ -98,6 +98,18 @@ fn plan_of(args: &MixedBenchArgs) -> Result<ServePlan> {
         || args.clock != railstore_bench::mixed::Clock::Virtual
     {
         bail!("--preset serve runs in real time on synthetic S3 load: --trace, --ks and --clock do not apply");
+    }
+    if args.durability != DurabilityArg::Journal || args.cold_cache {
+        bail!(
+            "--preset serve runs the store as `serve` does (journal durability, caches as the \
+             store keeps them): --durability memory and --cold-cache do not apply"
+        );
+    }
+    if args.frame.is_some_and(|f| !(f > 0.0 && f.is_finite())) {
+        bail!("--frame must be a positive number of seconds");
+    }
+    if !(args.guard_ms >= 0.0 && args.guard_ms.is_finite()) {
+        bail!("--guard-ms must be zero or more");
     }
     let q = args.quick;
     let read_share = args.read_share.unwrap_or(0.75);

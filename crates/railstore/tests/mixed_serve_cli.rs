@@ -87,3 +87,25 @@ fn the_serve_preset_measures_each_mode_through_s3() {
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+#[test]
+fn the_serve_preset_refuses_what_does_not_apply() {
+    for extra in [
+        &["--durability", "memory"][..],
+        &["--cold-cache"],
+        &["--clock", "real"],
+        &["--frame", "0"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
+            .args(["bench", "mixed", "--preset", "serve", "--quick", "--quiet"])
+            .args(extra)
+            .output()
+            .expect("running railstore");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?} was accepted");
+        assert!(
+            stderr.contains("--preset serve") || stderr.contains("--frame"),
+            "{extra:?}: {stderr}"
+        );
+    }
+}
