@@ -616,11 +616,11 @@ impl Inner {
         if member.version != version {
             return Ok(None);
         }
+        // With `preferred_only` the member's own device is read only if the plan prefers it
+        // by the time of the scan (the window moved since the caller looked): then its copy,
+        // checked like every member's, is as good as a rebuilt one, and without it the
+        // readers may hold one piece fewer than the set needs.
         let mut scan = self.scan_set(set, &desc, preferred_only).await;
-        if preferred_only {
-            // The member itself is what is rebuilt: never taken from its own device here.
-            scan.members[slot as usize] = None;
-        }
         if !self.complete_set(&desc, &mut scan)? {
             return Ok(None);
         }

@@ -210,3 +210,100 @@ async fn consecutive_copies_send_reads_to_writers() {
     let writer_reads = run(&Case::hybrid(6, PieceOrder::Consecutive), 1).await;
     assert!(writer_reads > 0, "no read reached a writer");
 }
+
+/// A read plan whose window moves the moment the packed member's own device is first asked
+/// about: before, every device but that one reads; after, only it and `after`'s two others.
+struct MovingWindow {
+    home: usize,
+    after: [usize; 2],
+    moved: std::sync::atomic::AtomicBool,
+}
+
+impl railstore_redundancy::ReadPlan for MovingWindow {
+    fn prefers(&self, d: usize) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        if !self.moved.load(SeqCst) {
+            if d == self.home {
+                self.moved.store(true, SeqCst);
+                return false;
+            }
+            return true;
+        }
+        d == self.home || self.after.contains(&d)
+    }
+}
+
+/// A packed member whose device writes when its read starts and reads again by the time its
+/// set is scanned (the window moved in between, with the readers holding only k pieces of
+/// the set, its own among them) is served from the readers, not by the careful path that
+/// reads every device.
+#[tokio::test(start_paused = true)]
+async fn a_packed_member_is_read_from_readers_when_the_window_moves_during_its_read() {
+    let metered: Vec<Arc<MeteredDevice>> = (0..6)
+        .map(|_| {
+            Arc::new(MeteredDevice::new(Arc::new(
+                MemDevice::new(MemConfig::default()).unwrap(),
+            )))
+        })
+        .collect();
+    let config = ManagerConfig {
+        policy: Policy::Standalone(Mechanism::parse("pack3+3").unwrap()),
+        pack_wait: Duration::from_millis(100),
+        ..ManagerConfig::default()
+    };
+    let layout = config.layout(6).unwrap();
+    let m = Manager::open(
+        metered
+            .iter()
+            .map(|d| d.clone() as Arc<dyn Device>)
+            .collect(),
+        config.clone(),
+    )
+    .await
+    .unwrap();
+    // Three objects on three different devices form one full set: one piece per device.
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    for i in 0.. {
+        let key = format!("k{i}").into_bytes();
+        let home = layout.place(&key).device(0);
+        if keys.iter().all(|k| layout.place(k).device(0) != home) {
+            keys.push(key);
+        }
+        if keys.len() == 3 {
+            break;
+        }
+    }
+    let value = |i: usize| vec![i as u8 + 1; 10_000];
+    let values: Vec<Vec<u8>> = (0..3).map(value).collect();
+    futures_util::future::join_all(
+        keys.iter()
+            .zip(&values)
+            .map(|(k, v)| m.put(k, v, StoreMode::Upsert, None)),
+    )
+    .await
+    .into_iter()
+    .for_each(|r| r.unwrap());
+    let place = layout.place(&keys[0]);
+    let home = place.device(0);
+    // A device holding one of the member's pointers, and any other.
+    let pointer = place.of_pieces(4).device(1);
+    let other = (0..6).find(|&d| d != home && d != pointer).unwrap();
+    m.devices().set_read_plan(Arc::new(MovingWindow {
+        home,
+        after: [pointer, other],
+        moved: Default::default(),
+    }));
+    let before: Vec<u64> = metered
+        .iter()
+        .map(|d| d.stats(OpKind::Retrieve).ops)
+        .collect();
+    let (got, _) = m.get(&keys[0], ReadRange::ALL).await.unwrap();
+    assert!(got == value(0), "wrong bytes");
+    for d in (0..6).filter(|&d| ![home, pointer, other].contains(&d)) {
+        let reads = metered[d].stats(OpKind::Retrieve).ops - before[d];
+        assert_eq!(
+            reads, 0,
+            "device {d}, outside the window, served {reads} reads"
+        );
+    }
+}
