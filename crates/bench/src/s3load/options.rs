@@ -159,8 +159,8 @@ fn parse_size_range(s: &str) -> Result<(u64, u64)> {
         "--size {s:?}: the range's minimum is above its maximum"
     );
     ensure!(
-        max <= 1 << 30,
-        "--size {s:?}: objects above 1 GiB are not supported (one buffer holds the largest)"
+        min == max || max <= 1 << 30,
+        "--size {s:?}: a range up to 1 GiB (one buffer holds the largest object)"
     );
     Ok((min, max))
 }
