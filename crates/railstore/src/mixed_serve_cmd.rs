@@ -13,7 +13,7 @@ use anyhow::{bail, Context, Result};
 use railstore_bench::harness::machine_description;
 use railstore_bench::mixed::{DurabilityArg, MixedBenchArgs, Mode};
 use railstore_bench::s3load::{self, LoadArgs, RunResult, Setup, Workload};
-use railstore_store::{DeviceKind, Store, StoreConfig};
+use railstore_store::{DeviceKind, Store, StoreConfig, WindowStatus};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -209,21 +209,27 @@ struct Sample {
     partial_frames: u64,
 }
 
+impl Sample {
+    fn of(w: &WindowStatus) -> Sample {
+        Sample {
+            at: Instant::now(),
+            size: w.size,
+            write_bytes_per_s: w.write_bytes_per_s,
+            write_bound_bytes_per_s: w.write_bound_bytes_per_s,
+            off_window_reads: w.off_window_reads,
+            off_window_other_reads: w.off_window_other_reads,
+            partial_frames: w.partial_frames,
+        }
+    }
+}
+
 /// Samples the window twice a second (until the task is aborted).
 async fn sample_window(store: Store, samples: Arc<Mutex<Vec<Sample>>>) {
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         tick.tick().await;
         if let Some(w) = store.status().await.window {
-            samples.lock().expect("not poisoned").push(Sample {
-                at: Instant::now(),
-                size: w.size,
-                write_bytes_per_s: w.write_bytes_per_s,
-                write_bound_bytes_per_s: w.write_bound_bytes_per_s,
-                off_window_reads: w.off_window_reads,
-                off_window_other_reads: w.off_window_other_reads,
-                partial_frames: w.partial_frames,
-            });
+            samples.lock().expect("not poisoned").push(Sample::of(&w));
         }
     }
 }
@@ -247,15 +253,7 @@ async fn one_mode(plan: &ServePlan, mode: Mode, cfg: StoreConfig) -> Result<Serv
     let measured = s3load::measure(&load, setup, &server.endpoint, None).await;
     let ended = Instant::now();
     sampler.abort();
-    let last = store.status().await.window.map(|w| Sample {
-        at: Instant::now(),
-        size: w.size,
-        write_bytes_per_s: w.write_bytes_per_s,
-        write_bound_bytes_per_s: w.write_bound_bytes_per_s,
-        off_window_reads: w.off_window_reads,
-        off_window_other_reads: w.off_window_other_reads,
-        partial_frames: w.partial_frames,
-    });
+    let last = store.status().await.window.as_ref().map(Sample::of);
     let served = server.stop().await;
     let closed = store.shutdown().await;
     let report = measured?;
