@@ -92,6 +92,13 @@ struct ServePlan {
     quiet: bool,
 }
 
+impl ServePlan {
+    /// The read-only mode's clients: the share of the mix's clients that reads.
+    fn read_only_clients(&self) -> usize {
+        ((self.clients as f64 * self.read_share).round() as usize).max(1)
+    }
+}
+
 fn plan_of(args: &MixedBenchArgs) -> Result<ServePlan> {
     if args.trace.is_some()
         || args.ks.is_some()
@@ -178,9 +185,8 @@ fn load_of(plan: &ServePlan, mode: Mode) -> LoadArgs {
             Workload::Mixed
         }],
         size: plan.size.clone(),
-        // The reads alone: the share of the clients that would be reading.
         clients: if read_only {
-            ((plan.clients as f64 * plan.read_share).round() as usize).max(1)
+            plan.read_only_clients()
         } else {
             plan.clients
         },
@@ -435,7 +441,7 @@ pub fn run(args: &MixedBenchArgs) -> Result<()> {
             plan.clients,
             100.0 * plan.read_share,
             plan.duration_s,
-            ((plan.clients as f64 * plan.read_share).round() as usize).max(1),
+            plan.read_only_clients(),
             plan.seed
         ),
         separated_get_p999_vs_read_only: ratio(&modes, (Mode::Separated, Mode::ReadOnly), get_p999),
