@@ -75,6 +75,14 @@ pub enum DeviceError {
         /// Why it stopped.
         reason: &'static str,
     },
+    /// The operation never ran: the process is stopping (its runtime refused new work). Not a
+    /// fault of the device, which keeps what it held; counting it as one would mark every
+    /// device failed whenever a process exits with work in flight.
+    #[error("device operation not run: {reason}")]
+    Stopped {
+        /// What stopped it.
+        reason: &'static str,
+    },
     /// A transient failure: the same operation may succeed if retried.
     #[error("transient I/O error (injected)")]
     Transient,

@@ -1419,8 +1419,16 @@ impl FileDevice {
         let sh = self.shared.clone();
         tokio::task::spawn_blocking(move || f(&sh))
             .await
-            .map_err(|_| DeviceError::Failed {
-                reason: "device worker panicked",
+            .map_err(|e| {
+                if e.is_cancelled() {
+                    DeviceError::Stopped {
+                        reason: "the runtime is shutting down",
+                    }
+                } else {
+                    DeviceError::Failed {
+                        reason: "device worker panicked",
+                    }
+                }
             })?
     }
 }

@@ -8,6 +8,7 @@ mod mttdl_cmd;
 mod repair_bench_cmd;
 mod s3_bench_cmd;
 mod scale_bench_cmd;
+mod serve_cmd;
 mod server_cmd;
 mod sim_cmd;
 mod volume_bench_cmd;
@@ -31,7 +32,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the store over S3 (the main job): the embedded default without a configuration.
-    Serve(server_cmd::ServeArgs),
+    Serve(serve_cmd::ServeArgs),
     /// Initialise a configuration file with every setting, commented.
     Init(server_cmd::InitArgs),
     /// Devices, roles, buffers, capacity and health of a store (asks the running server when
@@ -132,7 +133,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
             logging();
-            server_cmd::serve(&args)
+            serve_cmd::serve(&args)
         }
         Command::Init(args) => server_cmd::init(&args),
         Command::Status(args) => server_cmd::status(&args),

@@ -82,6 +82,48 @@ fn serve_refuses_half_a_key_pair() {
     assert!(!dir.path().join("data").exists(), "something was created");
 }
 
+/// A server that opened its store and then cannot listen (the port is taken) closes the store
+/// as cleanly as a SIGTERM would: the next start neither scrubs nor finds a device failed.
+#[test]
+fn a_server_that_cannot_listen_closes_its_store_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let serve = |listen: &str| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_railstore"));
+        c.arg("serve")
+            .arg("--config")
+            .arg(config_file(dir.path()))
+            .arg("--data")
+            .arg(&data)
+            .args(["--listen", listen])
+            .args(["--access-key", "ak", "--secret-key", "secret-0123456789"])
+            .env_remove("RUST_LOG");
+        c
+    };
+    let mut served = Served::start(&mut serve("127.0.0.1:0"));
+    let endpoint = endpoint_of(&mut served);
+    let (ok, errors, out) = load(&endpoint, "ak", "secret-0123456789");
+    assert!(ok && errors == 0, "{out}");
+    let (status, log) = served.terminate();
+    assert!(status.success(), "{log}");
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().to_string();
+    let out = serve(&port).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains(&format!("listening on {port}")), "{err}");
+    assert!(err.contains("stopping after an error"), "{err}");
+    drop(taken);
+
+    let mut served = Served::start(&mut serve("127.0.0.1:0"));
+    served.wait_for("listening on");
+    let (status, log) = served.terminate();
+    assert!(status.success(), "{log}");
+    assert!(!log.contains("did not shut down cleanly"), "{log}");
+    assert!(!log.contains("marked failed"), "{log}");
+}
+
 /// Paths under `dir` (itself included) that group or others may use.
 #[cfg(unix)]
 fn not_private(dir: &Path) -> Vec<String> {

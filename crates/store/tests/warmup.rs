@@ -4,8 +4,10 @@
 //! keeps its chunks when a put replaces the object after the load.
 
 use railstore_store::{
-    body_from, collect_body, ListQuery, PutOptions, Store, StoreConfig, StoreError, Versioning,
+    body_from, collect_body, ListQuery, PutOptions, RepairOptions, RepairProgress, Store,
+    StoreConfig, StoreError, Versioning,
 };
+use std::sync::Arc;
 use std::time::Duration;
 
 fn config(dir: &std::path::Path) -> StoreConfig {
@@ -177,4 +179,54 @@ async fn a_shutdown_while_the_index_loads_stops_the_load_and_the_next_start_is_w
         );
     }
     store.shutdown().await.unwrap();
+}
+
+/// A process that exits with the store open (a server refusing to start after opening it, an
+/// error on the way out) drops its runtime while the index loads: the device operations that
+/// runtime no longer runs are not device failures, and the next start finds every device
+/// current. Rounds exit at different points, because the load must be caught mid-way.
+#[test]
+fn an_exit_while_the_index_loads_fails_no_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let objects: Vec<(String, Vec<u8>)> = (0..400)
+        .map(|i| (format!("k{i:03}"), body(100 + i, 9)))
+        .collect();
+    runtime().block_on(stored(dir.path(), &objects));
+    for round in 0..12u64 {
+        let rt = runtime();
+        rt.block_on(async {
+            let store = Store::open_serving(config(dir.path())).await.unwrap();
+            assert!(
+                !store.unclean_start(),
+                "round {round}: a clean start serves at once"
+            );
+            // Exits at different points of the load.
+            tokio::time::sleep(Duration::from_millis(3 * (round % 4))).await;
+            drop(store);
+        });
+        drop(rt);
+        runtime().block_on(async {
+            let store = Store::open(config(dir.path()))
+                .await
+                .unwrap_or_else(|e| panic!("round {round}: {e}"));
+            assert_eq!(listed(&store), 400, "round {round}");
+            // The scrub an unclean start owes, so that the next round starts clean.
+            let scrub = store
+                .scrub(
+                    RepairOptions::default(),
+                    Arc::new(RepairProgress::default()),
+                )
+                .await
+                .unwrap();
+            assert_eq!(scrub.pieces_repaired, 0, "round {round}");
+            store.shutdown().await.unwrap();
+        });
+    }
 }
