@@ -346,6 +346,10 @@ impl Shared {
 
     fn check_failed(st: &State) -> Result<()> {
         match st.failed {
+            // Closed by its owner: the device holds what it held, it is not faulty.
+            Some("closed") => Err(DeviceError::Stopped {
+                reason: "the device is closed",
+            }),
             Some(reason) => Err(DeviceError::Failed { reason }),
             None => Ok(()),
         }

@@ -790,3 +790,24 @@ fn vanished_notices_files_removed_or_truncated_under_the_device() {
         dev.crash();
     }
 }
+
+/// Work sent to a device its owner has closed (a background task racing a shutdown) is refused
+/// as stopped, not as a device failure that layers above would record against the device.
+#[test]
+fn a_closed_device_refuses_work_as_stopped_not_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = FileDevice::open(dir.path().join("dev"), config()).unwrap();
+    runtime().block_on(async {
+        dev.store(b"k", b"v", StoreMode::Upsert).await.unwrap();
+    });
+    dev.close_blocking().unwrap();
+    runtime().block_on(async {
+        let stored = dev.store(b"k2", b"v", StoreMode::Upsert).await;
+        assert!(
+            matches!(stored, Err(DeviceError::Stopped { .. })),
+            "{stored:?}"
+        );
+        let read = dev.retrieve(b"k", ReadRange::ALL).await;
+        assert!(matches!(read, Err(DeviceError::Stopped { .. })), "{read:?}");
+    });
+}
