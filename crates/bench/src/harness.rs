@@ -73,6 +73,37 @@ impl OutputArgs {
         }
         Ok(written)
     }
+
+    /// Of the files `write` returned, those under `--out` (the `--json` file was named by hand).
+    pub fn under_out(&self, mut written: Vec<PathBuf>) -> Vec<PathBuf> {
+        if let (Some(json), Some(out)) = (self.json.as_deref(), self.out.as_deref()) {
+            written.retain(|p| p != json || p.starts_with(out));
+        }
+        written
+    }
+
+    /// After `write`: draws the plots under `--out` unless `--no-plots`, then lists the files
+    /// there. A plot that fails is said and skipped: the numbers are already written.
+    pub fn plot_and_list(
+        &self,
+        written: Vec<PathBuf>,
+        plot: impl FnOnce(&Path) -> Result<Vec<PathBuf>>,
+    ) {
+        let Some(out) = &self.out else {
+            return;
+        };
+        let mut written = self.under_out(written);
+        if !self.no_plots {
+            match plot(out) {
+                Ok(files) => written.extend(files),
+                Err(e) => self.say(&format!("plot skipped: {e:#}")),
+            }
+        }
+        self.say("wrote:");
+        for p in written {
+            self.say(&format!("  {}", p.display()));
+        }
+    }
 }
 
 /// Writes a file, making its folder first.
@@ -173,5 +204,35 @@ mod tests {
         }
         let p = Usage::process();
         assert!(p.user_s + p.system_s >= d.user_s + d.system_s - 0.001);
+    }
+
+    #[test]
+    fn the_json_file_comes_first_and_is_not_under_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = OutputArgs {
+            json: Some(dir.path().join("r.json")),
+            out: Some(dir.path().join("out")),
+            ..OutputArgs::default()
+        };
+        assert!(!output.json_on_stdout());
+        let written = output.write("{}", &[("a.csv", "x\n".into())]).unwrap();
+        assert_eq!(
+            written,
+            [dir.path().join("r.json"), dir.path().join("out/a.csv")]
+        );
+        assert_eq!(output.under_out(written), [dir.path().join("out/a.csv")]);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("r.json")).unwrap(),
+            "{}"
+        );
+        let stdout = OutputArgs {
+            json: Some("-".into()),
+            ..OutputArgs::default()
+        };
+        assert!(stdout.json_on_stdout());
+        assert_eq!(
+            stdout.under_out(vec![PathBuf::from("x")]),
+            [PathBuf::from("x")]
+        );
     }
 }

@@ -23,6 +23,7 @@
 //! the device's whole capacity (see [`RebuildRow::full_copy_method`]).
 
 use crate::device::{sim_config, Backend, Percentiles};
+use crate::harness::OutputArgs;
 use crate::plot::{ensure_font, human_bytes, parse_bytes};
 use crate::progress::bar;
 use anyhow::{anyhow, bail, ensure, Context, Result};
@@ -159,21 +160,12 @@ pub struct KvBenchArgs {
     /// Random seed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Write the rows (one per mechanism and phase) as a JSON array to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Folder for results.json, results.csv, summary.md and the plot.
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Skip the plot.
-    #[arg(long)]
-    pub no_plots: bool,
     /// A small run for tests and smoke checks: at most 2000 objects and 2000 operations.
     #[arg(long)]
     pub quick: bool,
-    /// No progress bar.
-    #[arg(long)]
-    pub quiet: bool,
+    /// Where the rows go: `--json` is their JSON array (one per mechanism and phase).
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 impl Default for KvBenchArgs {
@@ -203,11 +195,11 @@ impl Default for KvBenchArgs {
             buffered: false,
             keep: false,
             seed: 1,
-            json: None,
-            out: None,
-            no_plots: false,
             quick: false,
-            quiet: true,
+            output: OutputArgs {
+                quiet: true,
+                ..OutputArgs::default()
+            },
         }
     }
 }
@@ -484,12 +476,14 @@ impl Place {
         self.base.as_ref().map(|b| b.join(name))
     }
 
-    fn finish(self, keep: bool) {
+    /// Removes a temporary folder unless `keep`; says where kept folders are (on stderr when
+    /// stdout carries the JSON).
+    fn finish(self, keep: bool, output: &OutputArgs) {
         match (self.base, self.temporary, keep) {
             (Some(b), true, false) => {
                 let _ = std::fs::remove_dir_all(b);
             }
-            (Some(b), _, true) => println!("device folders kept in {}", b.display()),
+            (Some(b), _, true) => output.say(&format!("device folders kept in {}", b.display())),
             _ => {}
         }
     }
@@ -603,8 +597,8 @@ fn run_kv(args: &KvBenchArgs, print: bool) -> Result<Vec<KvRow>> {
     let names = phase_names(&plan.mixes);
     let mut rows: Vec<KvRow> = Vec::new();
     if print {
-        println!("{}", describe_kv(args, &plan));
-        println!("{}", table_header());
+        args.output.say(&describe_kv(args, &plan));
+        args.output.say(&table_header());
     }
     let mut result = Ok(());
     for (n, scheme) in plan.schemes.iter().enumerate() {
@@ -640,7 +634,7 @@ fn run_kv(args: &KvBenchArgs, print: bool) -> Result<Vec<KvRow>> {
                 }
                 if print {
                     for row in &new_rows {
-                        println!("{}", table_line(row));
+                        args.output.say(&table_line(row));
                     }
                 }
                 rows.extend(new_rows);
@@ -652,7 +646,7 @@ fn run_kv(args: &KvBenchArgs, print: bool) -> Result<Vec<KvRow>> {
         }
     }
     drop(rt);
-    place.finish(args.keep);
+    place.finish(args.keep, &args.output);
     result.map(|()| rows)
 }
 
@@ -721,7 +715,7 @@ async fn measure_scheme(
         ops: len,
     } in phases
     {
-        let b = bar(args.quiet, len, &format!("{} {phase}", scheme.name));
+        let b = bar(args.output.quiet, len, &format!("{} {phase}", scheme.name));
         let dev0 = DevTotals::of(&array.metered);
         let (dec0, rep0) = ctx.target.counters();
         let gpu0 = railstore_ec::gpu_calls();
@@ -803,33 +797,14 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
     let rows = run_kv(args, true)?;
     let plan = kv_plan(args)?;
     let json = serde_json::to_string_pretty(&rows)?;
-    if let Some(path) = &args.json {
-        write_file(path, &json)?;
-    }
-    if let Some(out) = &args.out {
-        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-        let mut written = Vec::new();
-        let summary = kv_summary(args, &plan, &rows);
-        for (name, body) in [
-            ("results.json", json.as_str()),
-            ("results.csv", &kv_csv(&rows)),
-            ("summary.md", &summary),
-        ] {
-            let p = out.join(name);
-            write_file(&p, body)?;
-            written.push(p);
-        }
-        if !args.no_plots {
-            match kv_plot(&rows, out) {
-                Ok(files) => written.extend(files),
-                Err(e) => println!("plot skipped: {e:#}"),
-            }
-        }
-        println!("wrote:");
-        for p in written {
-            println!("  {}", p.display());
-        }
-    }
+    let files = [
+        ("results.json", json.clone()),
+        ("results.csv", kv_csv(&rows)),
+        ("summary.md", kv_summary(args, &plan, &rows)),
+    ];
+    let written = args.output.write(&json, &files)?;
+    args.output
+        .plot_and_list(written, |out| kv_plot(&rows, out));
     Ok(())
 }
 

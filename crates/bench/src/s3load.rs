@@ -26,6 +26,7 @@
 //! (this crate sits beside `s3`), so it hands in the [`Endpoint`] and, for an in-process
 //! server, the [`Store`].
 
+use crate::harness::OutputArgs;
 use crate::meter::process_cpu_seconds;
 use crate::plot::{human_bytes, parse_bytes, Chart, Series, XAxis};
 use crate::progress::bar;
@@ -498,7 +499,7 @@ async fn run_one(
     } else {
         format!("{} {}", target.name(), workload.name())
     };
-    let progress = bar(args.quiet, plan.ops, &what);
+    let progress = bar(args.output.quiet, plan.ops, &what);
     let start = Instant::now();
     let measure_start = start + Duration::from_secs_f64(plan.warmup_s);
     let ctx = Arc::new(RunCtx {
@@ -617,7 +618,7 @@ async fn preload(args: &LoadArgs, plan: &Plan, target: &Target, data: &Bytes) ->
         plan.clients,
         plan.objects,
         "preload",
-        args.quiet,
+        args.output.quiet,
         move |mut c, i| {
             let (bucket, key) = (bucket.clone(), object_key(&prefix, i));
             let data = data.slice(..sizes.size_of(i) as usize);
@@ -655,7 +656,7 @@ async fn cleanup(
         plan.clients,
         n,
         "cleanup",
-        args.quiet,
+        args.output.quiet,
         move |mut c, i| {
             let (bucket, keys) = (bucket.clone(), keys.clone());
             async move {
@@ -694,9 +695,9 @@ pub async fn measure(
         .map(Target::Store);
     let report_head = describe(&plan, &setup, baseline.is_some());
     for line in report_head.lines() {
-        args.say(line);
+        args.output.say(line);
     }
-    args.say(&table_header());
+    args.output.say(&table_header());
     make_bucket(&s3, &plan).await?;
     let data = object_data(plan.size_max_bytes, plan.seed);
     let mut runs = Vec::new();
@@ -757,10 +758,10 @@ pub async fn measure(
 
 fn print_run(args: &LoadArgs, r: &RunResult) {
     for line in table_lines(r) {
-        args.say(&line);
+        args.output.say(&line);
     }
     if let Some(e) = &r.first_error {
-        args.say(&format!("  first error: {e}"));
+        args.output.say(&format!("  first error: {e}"));
     }
 }
 
@@ -1026,11 +1027,11 @@ mod tests {
         let p = cli.load.plan().unwrap();
         assert_eq!((p.duration_s, p.warmup_s, p.objects), (Some(2.0), 0.0, 100));
         assert_eq!(p.size_bytes, 4096);
-        assert!(cli.load.human_to_stderr());
+        assert!(cli.load.output.json_on_stdout());
         let cli = Cli::parse_from(["x", "--ops", "50", "--json", "r.json"]);
         let p = cli.load.plan().unwrap();
         assert_eq!((p.duration_s, p.ops), (None, Some(50)));
-        assert!(!cli.load.human_to_stderr());
+        assert!(!cli.load.output.json_on_stdout());
         assert!(Cli::try_parse_from(["x", "--ops", "5", "--duration", "1s"]).is_err());
         let bad = Cli::parse_from(["x", "--get-ratio", "1.5"]);
         assert!(bad.load.plan().is_err());

@@ -2,6 +2,7 @@
 //! they write has every field, and the I/O amplification matches what the mechanisms store.
 
 use railstore_bench::device::Backend;
+use railstore_bench::harness::OutputArgs;
 use railstore_bench::kv::{run, run_rebuild, KvBenchArgs, RebuildBenchArgs};
 use serde_json::Value;
 
@@ -31,9 +32,13 @@ fn kv_bench_reports_throughput_amplification_and_cpu() {
         mix: vec!["read=100".into(), "read=50,update=40,delete=10".into()],
         qd: 8,
         threads: 1,
-        json: Some(json.clone()),
-        out: Some(out.clone()),
         quick: true,
+        output: OutputArgs {
+            json: Some(json.clone()),
+            out: Some(out.clone()),
+            quiet: true,
+            ..OutputArgs::default()
+        },
         ..Default::default()
     };
     run(&args).unwrap();
@@ -112,8 +117,12 @@ fn kv_bench_mixed_sizes_in_hybrid_mode() {
         ops: Some(300),
         value_mix: Some("4KiB:30,16KiB:40,64KiB:30".into()),
         qd: 6,
-        json: Some(json.clone()),
         quick: true,
+        output: OutputArgs {
+            json: Some(json.clone()),
+            quiet: true,
+            ..OutputArgs::default()
+        },
         ..Default::default()
     })
     .unwrap();
@@ -158,9 +167,13 @@ fn rebuild_bench_restores_the_failed_device() {
         objects: 300,
         device_capacity: "16MiB".into(),
         qd: 8,
-        json: Some(json.clone()),
-        out: Some(dir.path().join("out")),
         quick: true,
+        output: OutputArgs {
+            json: Some(json.clone()),
+            out: Some(dir.path().join("out")),
+            quiet: true,
+            ..OutputArgs::default()
+        },
         ..Default::default()
     })
     .unwrap();

@@ -2,6 +2,7 @@
 //! runs with their fields, and separation keeps the read tail below that of mixing reads and
 //! writes on the same devices (the whole point of Rails).
 
+use railstore_bench::harness::OutputArgs;
 use railstore_bench::mixed::{run, MixedBenchArgs, Preset};
 use serde_json::Value;
 
@@ -12,9 +13,12 @@ fn erails_k3_quick_separation_beats_mixing() {
     let out = dir.path().join("out");
     let args = MixedBenchArgs {
         quick: true,
-        json: Some(json.clone()),
-        out: Some(out.clone()),
-        no_plots: true,
+        output: OutputArgs {
+            json: Some(json.clone()),
+            out: Some(out.clone()),
+            no_plots: true,
+            quiet: true,
+        },
         ..MixedBenchArgs::new(Preset::ErailsK3)
     };
     run(&args).unwrap();
@@ -123,9 +127,12 @@ fn erails_decode_separates_reads_that_decode_from_reads_that_do_not() {
         quick: true,
         ks: Some(vec![2]),
         read_streams: Some(8),
-        json: Some(json.clone()),
-        out: Some(out.clone()),
-        no_plots: true,
+        output: OutputArgs {
+            json: Some(json.clone()),
+            out: Some(out.clone()),
+            no_plots: true,
+            quiet: true,
+        },
         ..MixedBenchArgs::new(Preset::ErailsDecode)
     };
     run(&args).unwrap();
@@ -204,7 +211,11 @@ fn erails_decode_without_threads_charges_nothing() {
         ks: Some(vec![2]),
         read_streams: Some(8),
         decode_threads: 0,
-        json: Some(json.clone()),
+        output: OutputArgs {
+            json: Some(json.clone()),
+            quiet: true,
+            ..OutputArgs::default()
+        },
         ..MixedBenchArgs::new(Preset::ErailsDecode)
     };
     run(&args).unwrap();

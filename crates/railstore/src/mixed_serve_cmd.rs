@@ -10,7 +10,7 @@
 
 use crate::s3_bench_cmd::{describe_store, InProcess, TempDir};
 use anyhow::{bail, Context, Result};
-use railstore_bench::harness::machine_description;
+use railstore_bench::harness::{machine_description, OutputArgs};
 use railstore_bench::mixed::{DurabilityArg, MixedBenchArgs, Mode};
 use railstore_bench::s3load::{self, LoadArgs, RunResult, Setup, Workload};
 use railstore_store::{DeviceKind, Store, StoreConfig, WindowStatus};
@@ -89,7 +89,8 @@ struct ServePlan {
     size: String,
     objects: u64,
     seed: u64,
-    quiet: bool,
+    /// The bench's `--json`, `--out` and `--quiet`.
+    output: OutputArgs,
 }
 
 impl ServePlan {
@@ -151,7 +152,7 @@ fn plan_of(args: &MixedBenchArgs) -> Result<ServePlan> {
         size,
         objects,
         seed: args.seed,
-        quiet: args.quiet,
+        output: args.output.clone(),
     })
 }
 
@@ -198,7 +199,13 @@ fn load_of(plan: &ServePlan, mode: Mode) -> LoadArgs {
         // The store and its folder go at the end of the mode.
         keep_objects: true,
         seed: plan.seed,
-        quiet: plan.quiet,
+        // The load's lines go where the report's do (stderr when its JSON is on stdout); the
+        // load writes no report of its own.
+        output: OutputArgs {
+            json: plan.output.json_on_stdout().then(|| "-".into()),
+            quiet: plan.output.quiet,
+            ..OutputArgs::default()
+        },
         ..LoadArgs::default()
     }
 }
@@ -253,8 +260,8 @@ async fn one_mode(plan: &ServePlan, mode: Mode, cfg: StoreConfig) -> Result<Serv
     let samples = Arc::new(Mutex::new(Vec::new()));
     let sampler = tokio::spawn(sample_window(store.clone(), samples.clone()));
     let load = load_of(plan, mode);
-    if !plan.quiet {
-        println!("mode {}:", mode.name());
+    if !plan.output.quiet {
+        plan.output.say(&format!("mode {}:", mode.name()));
     }
     let measured = s3load::measure(&load, setup, &server.endpoint, None).await;
     let ended = Instant::now();
@@ -449,19 +456,19 @@ pub fn run(args: &MixedBenchArgs) -> Result<()> {
         modes,
     };
     let text = table(&report);
-    print!("{}\n{text}", report.description);
+    plan.output.say(&format!(
+        "{}\n{}",
+        report.description,
+        text.strip_suffix('\n').unwrap_or(&text)
+    ));
     let json = serde_json::to_string_pretty(&report)?;
-    if let Some(p) = &args.json {
-        std::fs::write(p, &json).with_context(|| format!("writing {}", p.display()))?;
-    }
-    if let Some(out) = &args.out {
-        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-        std::fs::write(out.join("results.json"), &json)?;
-        let summary = format!(
-            "# bench mixed --preset serve\n\n{}\n\n{}\n\n```\n{text}```\n",
-            report.machine, report.description
-        );
-        std::fs::write(out.join("summary.md"), summary)?;
-    }
+    let summary = format!(
+        "# bench mixed --preset serve\n\n{}\n\n{}\n\n```\n{text}```\n",
+        report.machine, report.description
+    );
+    plan.output.write(
+        &json,
+        &[("results.json", json.clone()), ("summary.md", summary)],
+    )?;
     Ok(())
 }

@@ -14,6 +14,7 @@
 use crate::s3_bench_cmd::{describe_store, emit_report, read_store_config, InProcess, TempDir};
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use railstore_bench::harness::OutputArgs;
 use railstore_bench::s3load::{self, LoadArgs, RunResult, Session, Workload};
 use railstore_store::{RepairOptions, RepairStatus, Store, StoreConfig};
 use serde::Serialize;
@@ -181,7 +182,10 @@ impl UnderLoad {
             warmup: Some("0s".into()),
             objects: Some(objects),
             get_ratio,
-            quiet: true,
+            output: OutputArgs {
+                quiet: true,
+                ..OutputArgs::default()
+            },
             ..LoadArgs::default()
         };
         load.plan()?;

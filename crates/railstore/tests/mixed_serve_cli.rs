@@ -1,6 +1,7 @@
 //! `railstore bench mixed --preset serve` end to end: each mode opens the embedded default
 //! store on simulated SSDs, serves S3 in the process and loads it with objects of every
-//! mechanism's size; the report carries the S3 figures and what the store counted.
+//! mechanism's size; the report carries the S3 figures and what the store counted. Also
+//! `bench mixed`'s bare `--json`, on the cheapest preset.
 
 use std::process::Command;
 
@@ -108,4 +109,33 @@ fn the_serve_preset_refuses_what_does_not_apply() {
             "{extra:?}: {stderr}"
         );
     }
+}
+
+/// A bare `--json` puts the report alone on stdout; the lines for people go to stderr.
+#[test]
+fn a_bare_json_prints_the_report_on_stdout() {
+    let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
+        .args([
+            "bench",
+            "mixed",
+            "--preset",
+            "rails-2",
+            "--quick",
+            "--modes",
+            "read-only",
+            "--json",
+        ])
+        .output()
+        .expect("running railstore");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "bench mixed --json failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{stdout}\nstderr:\n{stderr}"));
+    assert_eq!(report["preset"], "rails-2", "{report:#}");
+    assert_eq!(report["runs"][0]["mode"], "read-only", "{report:#}");
+    assert!(stderr.contains("w = "), "no table on stderr:\n{stderr}");
 }

@@ -55,21 +55,12 @@ pub struct RebuildBenchArgs {
     /// Random seed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Write the rows as a JSON array to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Folder for results.json, results.csv, summary.md and the plot.
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Skip the plot.
-    #[arg(long)]
-    pub no_plots: bool,
     /// A small run for tests: at most 1000 objects, devices of at most 32 MiB.
     #[arg(long)]
     pub quick: bool,
-    /// No progress bar.
-    #[arg(long)]
-    pub quiet: bool,
+    /// Where the rows go: `--json` is their JSON array.
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 impl Default for RebuildBenchArgs {
@@ -91,11 +82,11 @@ impl Default for RebuildBenchArgs {
             buffered: false,
             keep: false,
             seed: 1,
-            json: None,
-            out: None,
-            no_plots: false,
             quick: false,
-            quiet: true,
+            output: OutputArgs {
+                quiet: true,
+                ..OutputArgs::default()
+            },
         }
     }
 }
@@ -361,7 +352,7 @@ pub(super) fn rebuild_rows(args: &RebuildBenchArgs, print: bool) -> Result<Vec<R
     let place = Place::new(args.backend, args.path.as_deref(), "rebuild")?;
     let result = (|| -> Result<Vec<RebuildRow>> {
         if print {
-            println!(
+            args.output.say(&format!(
                 "rebuild bench: {} devices ({}), {} and {} objects of {}, device capacity {}",
                 args.devices,
                 match args.backend {
@@ -372,9 +363,9 @@ pub(super) fn rebuild_rows(args: &RebuildBenchArgs, print: bool) -> Result<Vec<R
                 objects / 2,
                 sizes.text,
                 human_bytes(capacity)
-            );
+            ));
         }
-        let b = bar(args.quiet, Some(capacity), "full-device copy");
+        let b = bar(args.output.quiet, Some(capacity), "full-device copy");
         let copy = match place.folder("raid-baseline") {
             Some(dir) if args.backend == Backend::File => {
                 let r = full_copy_file(&dir, capacity, !args.buffered, &b);
@@ -385,14 +376,14 @@ pub(super) fn rebuild_rows(args: &RebuildBenchArgs, print: bool) -> Result<Vec<R
         };
         b.finish_and_clear();
         if print {
-            println!(
+            args.output.say(&format!(
                 "RAID-style baseline: {} in {:.2} s ({:.0} MB/s): {}",
                 human_bytes(copy.bytes),
                 copy.seconds,
                 copy.bytes as f64 / copy.seconds / 1e6,
                 copy.method
-            );
-            println!("{}", rebuild_header());
+            ));
+            args.output.say(&rebuild_header());
         }
         let mut rows = Vec::new();
         for (n, scheme) in schemes.iter().enumerate() {
@@ -413,7 +404,7 @@ pub(super) fn rebuild_rows(args: &RebuildBenchArgs, print: bool) -> Result<Vec<R
                 let (row, array) = r.with_context(|| format!("mechanism {}", scheme.name))?;
                 array.remove(args.keep);
                 if print {
-                    println!("{}", rebuild_line(&row));
+                    args.output.say(&rebuild_line(&row));
                 }
                 rows.push(row);
             }
@@ -421,7 +412,7 @@ pub(super) fn rebuild_rows(args: &RebuildBenchArgs, print: bool) -> Result<Vec<R
         Ok(rows)
     })();
     drop(rt);
-    place.finish(args.keep);
+    place.finish(args.keep, &args.output);
     result
 }
 
@@ -449,7 +440,11 @@ pub(super) async fn rebuild_once(
     let workers: Vec<Worker> = (0..tasks)
         .map(|t| Worker::new(t, tasks, args.seed, sizes.max()))
         .collect();
-    let b = bar(args.quiet, Some(objects), &format!("{} load", scheme.name));
+    let b = bar(
+        args.output.quiet,
+        Some(objects),
+        &format!("{} load", scheme.name),
+    );
     let (_, tally, _) = run_phase(&ctx, workers, Plan::Load { objects }, None, &b)
         .await
         .context("loading (raise --device-capacity if a device is full)")?;
@@ -465,7 +460,11 @@ pub(super) async fn rebuild_once(
     let survivors0 = DevTotals::of(&array.metered[1..]);
     let dec0 = manager.devices().counters.decodes.load(Ordering::Relaxed);
     let progress = Arc::new(RepairProgress::default());
-    let b = bar(args.quiet, Some(0), &format!("{} rebuild", scheme.name));
+    let b = bar(
+        args.output.quiet,
+        Some(0),
+        &format!("{} rebuild", scheme.name),
+    );
     let ticker = {
         let (p, b) = (progress.clone(), b.clone());
         tokio::spawn(async move {
@@ -739,32 +738,13 @@ pub(super) fn rebuild_plot(rows: &[RebuildRow], dir: &Path) -> Result<Vec<PathBu
 pub fn run_rebuild(args: &RebuildBenchArgs) -> Result<()> {
     let rows = rebuild_rows(args, true)?;
     let json = serde_json::to_string_pretty(&rows)?;
-    if let Some(path) = &args.json {
-        write_file(path, &json)?;
-    }
-    if let Some(out) = &args.out {
-        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-        let mut written = Vec::new();
-        let summary = rebuild_summary(args, &rows);
-        for (name, body) in [
-            ("results.json", json.as_str()),
-            ("results.csv", &rebuild_csv(&rows)),
-            ("summary.md", &summary),
-        ] {
-            let p = out.join(name);
-            write_file(&p, body)?;
-            written.push(p);
-        }
-        if !args.no_plots {
-            match rebuild_plot(&rows, out) {
-                Ok(files) => written.extend(files),
-                Err(e) => println!("plot skipped: {e:#}"),
-            }
-        }
-        println!("wrote:");
-        for p in written {
-            println!("  {}", p.display());
-        }
-    }
+    let files = [
+        ("results.json", json.clone()),
+        ("results.csv", rebuild_csv(&rows)),
+        ("summary.md", rebuild_summary(args, &rows)),
+    ];
+    let written = args.output.write(&json, &files)?;
+    args.output
+        .plot_and_list(written, |out| rebuild_plot(&rows, out));
     Ok(())
 }

@@ -262,14 +262,6 @@ pub(super) fn kv_plot(rows: &[KvRow], dir: &Path) -> Result<Vec<PathBuf>> {
     write_panels(dir, "pct_of_raw", &panels)
 }
 
-pub(super) fn write_file(path: &Path, body: &str) -> Result<()> {
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent)
-            .with_context(|| format!("creating {}", parent.display()))?;
-    }
-    std::fs::write(path, body).with_context(|| format!("writing {}", path.display()))
-}
-
 // ---------------------------------------------------------------------------------------------
 // Bar charts with lollipops (KVMD Fig. 9-12 style)
 

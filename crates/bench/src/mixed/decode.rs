@@ -136,11 +136,12 @@ pub(super) fn measure_decode(args: &MixedBenchArgs) -> Result<MixedReport> {
     for (i, &k) in ks.iter().enumerate() {
         let mut plan = plan_of(args, k)?;
         let cal = calibrate_decode(&plan)?;
-        if !args.quiet {
+        let output = &args.output;
+        if !output.quiet {
             if i == 0 {
-                println!("{}", plan.describe());
+                output.say(&plan.describe());
             }
-            println!(
+            output.say(&format!(
                 "k = {k}: {} devices, split{k}+{k}, {} objects; decode CPU µs by first window \
                  shard {:?} ({} engine, one thread: {:.0} MB/s of objects)",
                 plan.devices,
@@ -151,8 +152,8 @@ pub(super) fn measure_decode(args: &MixedBenchArgs) -> Result<MixedReport> {
                     .collect::<Vec<_>>(),
                 cal.engine,
                 cal.decode_mbps_one_thread
-            );
-            println!("{}", decode_table_header());
+            ));
+            output.say(&decode_table_header());
         }
         if plan.clock == Clock::Virtual && plan.decode_threads > 0 {
             plan.decode_cost = Some(Arc::new(cal.clone()));
@@ -162,11 +163,11 @@ pub(super) fn measure_decode(args: &MixedBenchArgs) -> Result<MixedReport> {
             plan.decode_variant = Some(variant);
             let rt = plan.runtime()?;
             let r = rt
-                .block_on(run_mode(&plan, Mode::ReadOnly, args.quiet))
+                .block_on(run_mode(&plan, Mode::ReadOnly, output.quiet))
                 .with_context(|| format!("erails-decode k = {k} {}", variant.name()))?;
             drop(rt);
-            if !args.quiet {
-                println!("{}", decode_table_line(&r));
+            if !output.quiet {
+                output.say(&decode_table_line(&r));
             }
             runs.push(r);
         }

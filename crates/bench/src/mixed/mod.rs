@@ -19,6 +19,7 @@ use anyhow::{ensure, Context, Result};
 use serde::Serialize;
 use std::path::PathBuf;
 
+use crate::harness::OutputArgs;
 use crate::plot::human_bytes;
 
 mod decode;
@@ -257,21 +258,13 @@ pub struct MixedBenchArgs {
     /// latency counting): writes held back by separation never hold up reads.
     #[arg(long, default_value_t = 256)]
     pub trace_qd: usize,
-    /// Write the report as one JSON object to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Folder for results.json, the CSV series, summary.md and the plots.
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Skip the plots.
-    #[arg(long)]
-    pub no_plots: bool,
     /// Tiny devices and durations (tests, smoke runs).
     #[arg(long)]
     pub quick: bool,
-    /// No progress bars or per-mode lines.
-    #[arg(long)]
-    pub quiet: bool,
+    /// Where the report goes (`--out`: results.json, the CSV series, summary.md, the plots);
+    /// `--quiet` also drops the per-mode lines.
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 impl MixedBenchArgs {
@@ -303,11 +296,11 @@ impl MixedBenchArgs {
             trace_block: None,
             trace_speed: 1.0,
             trace_qd: 256,
-            json: None,
-            out: None,
-            no_plots: false,
             quick: false,
-            quiet: true,
+            output: OutputArgs {
+                quiet: true,
+                ..OutputArgs::default()
+            },
         }
     }
 }
@@ -323,14 +316,15 @@ pub fn measure_mixed(args: &MixedBenchArgs) -> Result<MixedReport> {
         .clone()
         .unwrap_or_else(|| vec![Mode::Separated, Mode::Mixed, Mode::ReadOnly]);
     ensure!(!modes.is_empty(), "--modes names nothing to run");
-    if !args.quiet {
-        println!("{}", plan.describe());
+    let output = &args.output;
+    if !output.quiet {
+        output.say(&plan.describe());
     }
     let w = plan.runtime()?.block_on(measure_w(&plan))?;
     let bound = plan.write_bound_bps(w);
     let (k, m) = plan.readers_writers();
-    if !args.quiet {
-        println!(
+    if !output.quiet {
+        output.say(&format!(
             "w = {:.0} MB/s (one SSD, sequential {} writes, preconditioned); write bound k m w / \
              (k + m) = {:.0} MB/s{}; buffers allow {:.0} MB/s",
             w / 1e6,
@@ -342,14 +336,14 @@ pub fn measure_mixed(args: &MixedBenchArgs) -> Result<MixedReport> {
                 String::new()
             },
             plan.buffer_bound_bps() / 1e6
-        );
-        println!("{}", table_header());
+        ));
+        output.say(&table_header());
     }
     let mut runs = Vec::new();
     for &mode in &modes {
         let rt = plan.runtime()?;
         let mut r = rt
-            .block_on(run_mode(&plan, mode, args.quiet))
+            .block_on(run_mode(&plan, mode, output.quiet))
             .with_context(|| format!("{} {}", plan.preset.name(), mode.name()))?;
         drop(rt);
         r.write_pct_of_bound = if bound > 0.0 {
@@ -357,8 +351,8 @@ pub fn measure_mixed(args: &MixedBenchArgs) -> Result<MixedReport> {
         } else {
             0.0
         };
-        if !args.quiet {
-            println!("{}", table_line(&r));
+        if !output.quiet {
+            output.say(&table_line(&r));
         }
         runs.push(r);
     }
@@ -397,43 +391,40 @@ pub fn measure_mixed(args: &MixedBenchArgs) -> Result<MixedReport> {
 
 /// Runs `railstore bench mixed`: prints the table, writes `--json` and `--out`.
 pub fn run(args: &MixedBenchArgs) -> Result<()> {
+    let output = &args.output;
     let report = measure_mixed(args)?;
     let json = serde_json::to_string_pretty(&report)?;
-    if let Some(p) = &args.json {
-        write_file(p, &json)?;
+    let mut files = vec![
+        ("results.json", json.clone()),
+        ("series.csv", series_csv(&report)),
+        ("buffer.csv", buffer_csv(&report)),
+        ("iops_cdf.csv", iops_cdf_csv(&report)),
+        ("summary.md", summary(&report)),
+    ];
+    if report.preset == Preset::ErailsDecode {
+        files.push(("decode.csv", decode_csv(&report)));
     }
-    if let Some(out) = &args.out {
-        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-        let mut written = Vec::new();
-        let mut files = vec![
-            ("results.json", json.clone()),
-            ("series.csv", series_csv(&report)),
-            ("buffer.csv", buffer_csv(&report)),
-            ("iops_cdf.csv", iops_cdf_csv(&report)),
-            ("summary.md", summary(&report)),
-        ];
-        if report.preset == Preset::ErailsDecode {
-            files.push(("decode.csv", decode_csv(&report)));
+    let written = output.write(&json, &files)?;
+    let Some(out) = &output.out else {
+        if !output.quiet {
+            output.say(
+                "(--out DIR writes the per-second series, buffer occupancy, IOPS CDF and plots)",
+            );
         }
-        for (name, body) in files {
-            let p = out.join(name);
-            write_file(&p, &body)?;
-            written.push(p);
+        return Ok(());
+    };
+    let mut written = output.under_out(written);
+    if !output.no_plots {
+        match plots(&report, out) {
+            Ok(files) => written.extend(files),
+            Err(e) => output.say(&format!("plots skipped: {e:#}")),
         }
-        if !args.no_plots {
-            match plots(&report, out) {
-                Ok(files) => written.extend(files),
-                Err(e) => println!("plots skipped: {e:#}"),
-            }
+    }
+    if !output.quiet {
+        output.say("wrote:");
+        for p in written {
+            output.say(&format!("  {}", p.display()));
         }
-        if !args.quiet {
-            println!("wrote:");
-            for p in written {
-                println!("  {}", p.display());
-            }
-        }
-    } else if !args.quiet {
-        println!("(--out DIR writes the per-second series, buffer occupancy, IOPS CDF and plots)");
     }
     Ok(())
 }

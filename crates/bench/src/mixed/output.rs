@@ -1,6 +1,6 @@
 //! Tables, CSV files, plots and summaries of a report.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use railstore_rails::Role;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -521,12 +521,4 @@ pub fn summary(report: &MixedReport) -> String {
         }
     );
     s
-}
-
-pub(super) fn write_file(path: &Path, body: &str) -> Result<()> {
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent)
-            .with_context(|| format!("creating {}", parent.display()))?;
-    }
-    std::fs::write(path, body).with_context(|| format!("writing {}", path.display()))
 }

@@ -76,22 +76,12 @@ pub struct LoadArgs {
     /// Random seed (which objects are read, which operations a mixed run does).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Write the report as JSON: to stdout with a bare `--json` (the table then goes to
-    /// stderr), or to the file named.
-    #[arg(long, num_args = 0..=1, default_missing_value = "-")]
-    pub json: Option<PathBuf>,
-    /// Folder for results.json, results.csv, series.csv, summary.md and the plot.
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Skip the plot.
-    #[arg(long)]
-    pub no_plots: bool,
     /// A short run for tests and smoke checks: 2 s per run, no warmup, 100 objects.
     #[arg(long)]
     pub quick: bool,
-    /// No progress bars.
-    #[arg(long)]
-    pub quiet: bool,
+    /// Where the report goes (`--out` also gets series.csv).
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 impl Default for LoadArgs {
@@ -110,11 +100,11 @@ impl Default for LoadArgs {
             no_baseline: false,
             keep_objects: false,
             seed: 1,
-            json: None,
-            out: None,
-            no_plots: false,
             quick: false,
-            quiet: true,
+            output: OutputArgs {
+                quiet: true,
+                ..OutputArgs::default()
+            },
         }
     }
 }
@@ -277,18 +267,5 @@ impl LoadArgs {
             prefix: format!("s3bench-{:08x}", rand::thread_rng().gen::<u32>()),
             seed: self.seed,
         })
-    }
-
-    /// Whether the human-readable output goes to stderr (JSON goes to stdout).
-    pub(super) fn human_to_stderr(&self) -> bool {
-        self.json.as_deref() == Some(Path::new("-"))
-    }
-
-    pub(super) fn say(&self, line: &str) {
-        if self.human_to_stderr() {
-            eprintln!("{line}");
-        } else {
-            println!("{line}");
-        }
     }
 }

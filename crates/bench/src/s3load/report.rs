@@ -235,18 +235,11 @@ fn plot(report: &S3Report, dir: &Path) -> Result<Vec<PathBuf>> {
     .write(dir, "per_second")
 }
 
-fn write_file(path: &Path, body: &str) -> Result<()> {
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent)
-            .with_context(|| format!("creating {}", parent.display()))?;
-    }
-    std::fs::write(path, body).with_context(|| format!("writing {}", path.display()))
-}
-
 /// Prints the comparison and writes `--json` and `--out`.
 pub fn write_report(args: &LoadArgs, report: &S3Report) -> Result<()> {
+    let output = &args.output;
     for c in &report.comparison {
-        args.say(&format!(
+        output.say(&format!(
             "{} {}: S3 {:.0} ops/s ({:.1} MB/s) = {:.1} % of the store's {:.0} ops/s ({:.1} MB/s); \
              process CPU per operation {:.0} us through S3, {:.0} us direct",
             c.workload.name(),
@@ -261,37 +254,16 @@ pub fn write_report(args: &LoadArgs, report: &S3Report) -> Result<()> {
         ));
     }
     if report.errors > 0 {
-        args.say(&format!("{} operations failed", report.errors));
+        output.say(&format!("{} operations failed", report.errors));
     }
     let json = serde_json::to_string_pretty(report)?;
-    match args.json.as_deref() {
-        Some(p) if p == Path::new("-") => println!("{json}"),
-        Some(p) => write_file(p, &json)?,
-        None => {}
-    }
-    if let Some(out) = &args.out {
-        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-        let mut written = Vec::new();
-        for (name, body) in [
-            ("results.json", json.clone()),
-            ("results.csv", results_csv(report)),
-            ("series.csv", series_csv(report)),
-            ("summary.md", summary_md(report)),
-        ] {
-            let p = out.join(name);
-            write_file(&p, &body)?;
-            written.push(p);
-        }
-        if !args.no_plots {
-            match plot(report, out) {
-                Ok(files) => written.extend(files),
-                Err(e) => args.say(&format!("plot skipped: {e:#}")),
-            }
-        }
-        args.say("wrote:");
-        for p in written {
-            args.say(&format!("  {}", p.display()));
-        }
-    }
+    let files = [
+        ("results.json", json.clone()),
+        ("results.csv", results_csv(report)),
+        ("series.csv", series_csv(report)),
+        ("summary.md", summary_md(report)),
+    ];
+    let written = output.write(&json, &files)?;
+    output.plot_and_list(written, |out| plot(report, out));
     Ok(())
 }
