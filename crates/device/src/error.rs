@@ -75,9 +75,9 @@ pub enum DeviceError {
         /// Why it stopped.
         reason: &'static str,
     },
-    /// The operation never ran: the process is stopping (its runtime refused new work). Not a
-    /// fault of the device, which keeps what it held; counting it as one would mark every
-    /// device failed whenever a process exits with work in flight.
+    /// The operation never ran: the process is stopping (its runtime refused new work) or the
+    /// device's owner closed it. Not a fault of the device, which keeps what it held; counting
+    /// it as one would mark every device failed whenever a process exits with work in flight.
     #[error("device operation not run: {reason}")]
     Stopped {
         /// What stopped it.
