@@ -10,29 +10,24 @@ fn the_serve_preset_measures_each_mode_through_s3() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("out");
     let json = dir.path().join("serve.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
-        .args([
-            "bench",
-            "mixed",
-            "--preset",
-            "serve",
-            "--quick",
-            "--duration",
-            "2",
-            "--quiet",
-        ])
-        .arg("--json")
-        .arg(&json)
-        .arg("--out")
-        .arg(&out_dir)
-        .env("TMPDIR", dir.path())
-        .output()
-        .expect("running railstore");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "bench mixed --preset serve failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    let (stdout, _) = succeeded(
+        Command::new(env!("CARGO_BIN_EXE_railstore"))
+            .args([
+                "bench",
+                "mixed",
+                "--preset",
+                "serve",
+                "--quick",
+                "--duration",
+                "2",
+                "--quiet",
+            ])
+            .arg("--json")
+            .arg(&json)
+            .arg("--out")
+            .arg(&out_dir)
+            .env("TMPDIR", dir.path()),
+        "bench mixed --preset serve",
     );
     assert!(stdout.contains("separated GET p99.9 ="), "{stdout}");
     let report: serde_json::Value =
@@ -114,8 +109,8 @@ fn the_serve_preset_refuses_what_does_not_apply() {
 /// A bare `--json` puts the report alone on stdout; the lines for people go to stderr.
 #[test]
 fn a_bare_json_prints_the_report_on_stdout() {
-    let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
-        .args([
+    let (stdout, stderr) = succeeded(
+        Command::new(env!("CARGO_BIN_EXE_railstore")).args([
             "bench",
             "mixed",
             "--preset",
@@ -124,18 +119,24 @@ fn a_bare_json_prints_the_report_on_stdout() {
             "--modes",
             "read-only",
             "--json",
-        ])
-        .output()
-        .expect("running railstore");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "bench mixed --json failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+        ]),
+        "bench mixed --json",
     );
     let report: serde_json::Value = serde_json::from_str(&stdout)
         .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{stdout}\nstderr:\n{stderr}"));
     assert_eq!(report["preset"], "rails-2", "{report:#}");
     assert_eq!(report["runs"][0]["mode"], "read-only", "{report:#}");
     assert!(stderr.contains("w = "), "no table on stderr:\n{stderr}");
+}
+
+/// Runs `cmd`, which must succeed; returns its stdout and stderr.
+fn succeeded(cmd: &mut Command, what: &str) -> (String, String) {
+    let out = cmd.output().expect("running railstore");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        out.status.success(),
+        "{what} failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    (stdout, stderr)
 }
