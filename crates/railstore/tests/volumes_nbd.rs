@@ -3,8 +3,12 @@
 //! mechanism, and verified again after the server was killed with `kill -9` following writes
 //! that fio flushed (`fsync=1`). With qemu-utils present, `qemu-io` reads what fio wrote.
 //!
-//! fio is found as `$RAILSTORE_FIO` or `fio`. Without it the test says so and passes, unless
-//! `RAILSTORE_REQUIRE_FIO` is set (CI sets it and installs Debian's fio).
+//! A second test has qemu map a sparse volume (NBD block status) and copy it out (structured
+//! reads with holes).
+//!
+//! fio is found as `$RAILSTORE_FIO` or `fio`, qemu as `qemu-img` and `qemu-io`. Without them
+//! the tests say so and pass, unless `RAILSTORE_REQUIRE_FIO` / `RAILSTORE_REQUIRE_QEMU` is set
+//! (CI sets both and installs Debian's fio and qemu-utils).
 
 mod common;
 
@@ -65,6 +69,8 @@ fn run_fio(fio: &Path, nbd: &str, volume: &str, args: &[&str]) -> (bool, String)
             &format!("--uri=nbd://{nbd}/{volume}"),
             "--verify=crc32c",
             "--verify_fatal=1",
+            // No verify state file left in the working directory when a job fails.
+            "--verify_state_save=0",
             "--output-format=normal",
         ])
         .args(args)
@@ -200,6 +206,118 @@ fn fio_verifies_every_mechanism_over_nbd_and_across_kill_9() {
     assert!(!listed.contains("pack:"), "{listed}");
     let (ok, _) = run_fio(&fio, &nbd, "pack", &["--rw=read", "--bs=4k", "--size=4k"]);
     assert!(!ok);
+    let (status, log) = served.terminate();
+    assert!(status.success(), "{log}");
+}
+
+/// `qemu-img` and `qemu-io`, or `None` (a panic when `RAILSTORE_REQUIRE_QEMU` is set).
+fn qemu() -> Option<(PathBuf, PathBuf)> {
+    let found = on_path("qemu-img").zip(on_path("qemu-io"));
+    if found.is_none() && std::env::var_os("RAILSTORE_REQUIRE_QEMU").is_some() {
+        panic!("RAILSTORE_REQUIRE_QEMU is set and no qemu-img and qemu-io were found");
+    }
+    found
+}
+
+fn qemu_io(qemu_io: &Path, uri: &str, command: &str) -> String {
+    let out = Command::new(qemu_io)
+        .args(["-f", "raw", "-c", command, uri])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success() && !text.contains("fail") && !text.contains("error"),
+        "qemu-io {command}: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+#[test]
+fn qemu_maps_and_copies_a_sparse_volume_over_nbd() {
+    let Some((qemu_img, qemu_io_bin)) = qemu() else {
+        eprintln!("no qemu-img/qemu-io: skipping (set RAILSTORE_REQUIRE_QEMU to make this fail)");
+        return;
+    };
+    const MIB: u64 = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let (served, endpoint) = serve_in(dir.path(), ACCESS, SECRET);
+    let nbd = nbd_of(&served);
+    let args = [
+        "create",
+        "sparse",
+        "--size",
+        "8MiB",
+        "--mechanism",
+        "split4+2",
+        "--object-size",
+        "1MiB",
+    ];
+    volume_cli(dir.path(), &endpoint, &args);
+    let uri = format!("nbd://{nbd}/sparse");
+    // Two writes, in objects 1 and 5; the rest was never written.
+    qemu_io(&qemu_io_bin, &uri, &format!("write -P 0xab {} 4096", MIB));
+    qemu_io(
+        &qemu_io_bin,
+        &uri,
+        &format!("write -P 0xcd {} 4096", 5 * MIB + 512),
+    );
+
+    // Block status: data exactly where objects exist.
+    let out = Command::new(&qemu_img)
+        .args(["map", "--output=json", "-f", "raw", &uri])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let map: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let mut data = Vec::new();
+    let mut covered = 0;
+    for e in &map {
+        let (start, length) = (e["start"].as_u64().unwrap(), e["length"].as_u64().unwrap());
+        assert_eq!(start, covered, "{map:?}");
+        covered += length;
+        if e["data"].as_bool().unwrap() {
+            data.push((start, length));
+        } else {
+            assert!(e["zero"].as_bool().unwrap(), "a hole that is not zero: {e}");
+        }
+    }
+    assert_eq!(covered, 8 * MIB);
+    assert_eq!(data, vec![(MIB, MIB), (5 * MIB, MIB)], "{map:?}");
+
+    // Reads: a hole, the written bytes, and the zeros around them inside an object.
+    qemu_io(&qemu_io_bin, &uri, &format!("read -P 0 0 {MIB}"));
+    qemu_io(&qemu_io_bin, &uri, &format!("read -P 0xab {MIB} 4096"));
+    qemu_io(
+        &qemu_io_bin,
+        &uri,
+        &format!("read -P 0 {} 4096", MIB + 4096),
+    );
+
+    // A copy to a local file holds exactly the volume's bytes.
+    let copy = dir.path().join("copy.raw");
+    let out = Command::new(&qemu_img)
+        .args(["convert", "-f", "raw", "-O", "raw", &uri])
+        .arg(&copy)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut want = vec![0u8; 8 * MIB as usize];
+    want[MIB as usize..][..4096].fill(0xab);
+    want[(5 * MIB + 512) as usize..][..4096].fill(0xcd);
+    assert!(
+        std::fs::read(&copy).unwrap() == want,
+        "the copy differs from the volume"
+    );
+
     let (status, log) = served.terminate();
     assert!(status.success(), "{log}");
 }

@@ -578,6 +578,36 @@ impl Manager {
         }
     }
 
+    /// Whether a read of `key` may find something. `false` only when no write or delete of it
+    /// is in flight and every device of its group (and of the group it is moving from) can be
+    /// asked and holds no piece of its first segment: then [`Manager::get`] answers `NotFound`.
+    /// Errs towards `true` (an unreadable device, a leftover piece), so a caller may treat
+    /// `false` as "reads as absent" (NBD block status reports such objects as holes). Costs an
+    /// index lookup per device, no data read.
+    pub async fn holds(&self, key: &[u8]) -> Result<bool> {
+        let inner = &self.inner;
+        inner.check_key(key)?;
+        if inner.cached(key).is_some() || inner.overlapping(key).is_some() {
+            return Ok(true);
+        }
+        let epochs = inner.epochs();
+        let place = epochs.layout.place(key);
+        let moved_from = inner.moved_from(&epochs, key);
+        let skey = segment_key(key, 0, 0);
+        for p in std::iter::once(&place).chain(moved_from.as_ref()) {
+            for d in (0..p.width()).map(|i| p.device(i)) {
+                if !inner.io.readable(d) {
+                    return Ok(true);
+                }
+                match inner.io.exists(d, &skey).await {
+                    Ok(false) => {}
+                    Ok(true) | Err(_) => return Ok(true),
+                }
+            }
+        }
+        Ok(false)
+    }
+
     /// Makes every acknowledged store and delete durable on every healthy device, then deletes
     /// the pieces older versions left behind.
     pub async fn sync(&self) -> Result<()> {

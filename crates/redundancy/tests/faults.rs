@@ -415,3 +415,48 @@ async fn a_sync_fails_when_more_devices_failed_before_it_than_the_tolerance() {
         "a sync with every device out succeeded"
     );
 }
+
+/// `holds` may say "absent" only where a read finds nothing: not when the primary lost its
+/// piece (a read finds another), not when a device of the group cannot be asked (NBD block
+/// status reports what it says is absent as a hole, which a copy then skips).
+#[tokio::test(start_paused = true)]
+async fn holds_says_absent_only_where_a_read_finds_nothing() {
+    for mech in ["rep3", "split3+3", "pack3+3"] {
+        let (m, flaky, _) = array(mech, FaultPolicy::default()).await;
+        let keys = keys_with_primary(&m, 0, 2);
+        let (key, other) = (&keys[0], &keys[1]);
+        assert!(!m.holds(key).await.unwrap(), "{mech}: never written");
+        m.put(key, b"payload", StoreMode::Upsert, None)
+            .await
+            .unwrap();
+        m.sync().await.unwrap();
+        assert!(m.holds(key).await.unwrap(), "{mech}: written");
+        // The primary loses its piece (behind the manager's back, so nothing is cached): a
+        // read still finds the object, and so does holds.
+        let fresh = Manager::open(
+            flaky.iter().map(|f| f.clone() as Arc<dyn Device>).collect(),
+            ManagerConfig {
+                policy: Policy::Standalone(Mechanism::parse(mech).unwrap()),
+                ..ManagerConfig::default()
+            },
+        )
+        .await
+        .unwrap();
+        let mut piece = vec![b'o'];
+        piece.extend_from_slice(key);
+        flaky[0].inner.delete(&piece, false).await.unwrap();
+        assert!(
+            fresh.holds(key).await.unwrap(),
+            "{mech}: primary piece lost"
+        );
+        assert_eq!(fresh.get(key, ReadRange::ALL).await.unwrap().0, b"payload");
+        // Deleted: absent again.
+        m.delete(key).await.unwrap();
+        m.sync().await.unwrap();
+        assert!(!m.holds(key).await.unwrap(), "{mech}: deleted");
+        // A device of the group out of service: nothing can be ruled out.
+        let d = m.layout().place(other).device(1);
+        m.devices().mark_failed(d);
+        assert!(m.holds(other).await.unwrap(), "{mech}: device {d} failed");
+    }
+}

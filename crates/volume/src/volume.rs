@@ -52,6 +52,15 @@ pub struct Volume {
     unflushed: Mutex<HashMap<u64, u64>>,
 }
 
+/// Part of a read: `len` bytes at `offset` of the volume, with their bytes, or `None` for a
+/// hole (no object there: zeros).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Extent {
+    pub offset: u64,
+    pub len: u64,
+    pub data: Option<Vec<u8>>,
+}
+
 /// The part of one object a request touches.
 #[derive(Debug, Clone, Copy)]
 struct Span {
@@ -101,13 +110,62 @@ impl Volume {
 
     /// Reads `len` bytes at `offset`.
     pub async fn read(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; len as usize];
+        for e in self.read_extents(offset, len).await? {
+            if let Some(bytes) = e.data {
+                let at = (e.offset - offset) as usize;
+                out[at..at + bytes.len()].copy_from_slice(&bytes);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Reads `len` bytes at `offset` as consecutive extents, in order: the bytes of objects
+    /// that exist, and holes (`data: None`, reading as zeros) where objects do not. Adjacent
+    /// holes are merged.
+    pub async fn read_extents(&self, offset: u64, len: u64) -> Result<Vec<Extent>> {
         let _op = self.enter().await?;
         let meta = self.meta();
         let spans = spans(&meta, "read", offset, len)?;
-        let mut out = vec![0u8; len as usize];
         let parts = try_join_all(spans.iter().map(|s| self.read_span(&meta, *s))).await?;
-        for (s, bytes) in spans.iter().zip(parts) {
-            out[s.at..s.at + bytes.len()].copy_from_slice(&bytes);
+        let mut out: Vec<Extent> = Vec::with_capacity(spans.len());
+        for (s, data) in spans.iter().zip(parts) {
+            let at = offset + s.at as u64;
+            match (out.last_mut(), data) {
+                (Some(last), None) if last.data.is_none() => last.len += s.len,
+                (_, data) => out.push(Extent {
+                    offset: at,
+                    len: s.len,
+                    data,
+                }),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Which parts of `len` bytes at `offset` are allocated: consecutive runs, in order, each
+    /// `true` where some object may hold data and `false` where none exists (reads as zeros).
+    /// Until the store is settled after an unclean start every part is reported allocated
+    /// (what a read will show is not decided yet).
+    pub async fn allocation(&self, offset: u64, len: u64) -> Result<Vec<(u64, bool)>> {
+        let _op = self.enter().await?;
+        let meta = self.meta();
+        let spans = spans(&meta, "block status", offset, len)?;
+        let settled = self.store.settled();
+        let manager = self.store.manager();
+        let held = try_join_all(spans.iter().map(|s| async move {
+            if !settled {
+                return Ok::<bool, VolumeError>(true);
+            }
+            Ok(manager.holds(&data_key(meta.id, s.index)).await?)
+        }))
+        .await?;
+        let mut out: Vec<(u64, bool)> = Vec::new();
+        for (s, allocated) in spans.iter().zip(held) {
+            match out.last_mut() {
+                Some((n, a)) if *a == allocated => *n += s.len,
+                _ => out.push((s.len, allocated)),
+            }
         }
         Ok(out)
     }
@@ -206,7 +264,8 @@ impl Volume {
         self.deleted.store(true, Ordering::SeqCst);
     }
 
-    async fn read_span(&self, meta: &VolumeMeta, s: Span) -> Result<Vec<u8>> {
+    /// One object's span; `None` when the object does not exist (a hole).
+    async fn read_span(&self, meta: &VolumeMeta, s: Span) -> Result<Option<Vec<u8>>> {
         let key = data_key(meta.id, s.index);
         let range = ReadRange {
             offset: s.within,
@@ -215,11 +274,11 @@ impl Volume {
         match self.get(&key, range).await {
             Ok(mut bytes) => {
                 bytes.resize(s.len as usize, 0);
-                Ok(bytes)
+                Ok(Some(bytes))
             }
-            Err(RedundancyError::NotFound { .. } | RedundancyError::Offset { .. }) => {
-                Ok(vec![0; s.len as usize])
-            }
+            // Beyond the stored length of an object written before the volume grew.
+            Err(RedundancyError::Offset { .. }) => Ok(Some(vec![0; s.len as usize])),
+            Err(RedundancyError::NotFound { .. }) => Ok(None),
             Err(e) => Err(e.into()),
         }
     }

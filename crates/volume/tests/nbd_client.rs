@@ -2,39 +2,18 @@
 //! export), pipelined writes and reads whose replies come back under their handles with the
 //! data written, an error reply for a read past the end, and the export's request recording.
 
-use railstore_store::{DeviceKind, Store, StoreConfig};
+mod common;
+
 use railstore_volume::nbd::client;
 use railstore_volume::nbd::{CMD_READ, CMD_WRITE};
-use railstore_volume::{NbdServer, VolumeSpec, Volumes};
 use std::collections::HashMap;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_writes_reads_and_the_export_records_what_it_served() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = StoreConfig {
-        data_dir: dir.path().join("data"),
-        ..StoreConfig::default()
-    };
-    cfg.devices.kind = DeviceKind::Mem;
-    cfg.separation = None;
-    let store = Store::open(cfg).await.unwrap();
-    let volumes = Volumes::open(store.clone()).await.unwrap();
-    volumes
-        .create(VolumeSpec {
-            object_bytes: 64 << 10,
-            ..VolumeSpec::new("v", 1 << 20)
-        })
-        .await
-        .unwrap();
     let trace = dir.path().join("requests.trace");
-    let server = NbdServer::bind(volumes.clone(), Some("127.0.0.1:0".parse().unwrap()), None)
-        .await
-        .unwrap()
-        .record(&trace)
-        .unwrap();
-    let addr = server.tcp_addr().unwrap();
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let serving = tokio::spawn(server.serve(stop_rx));
+    let served = common::export(dir.path(), 1 << 20, 64 << 10, Some(&trace)).await;
+    let addr = served.addr;
 
     let refused = client::connect(addr, "nosuch")
         .await
@@ -80,8 +59,7 @@ async fn client_writes_reads_and_the_export_records_what_it_served() {
         assert_eq!(buf, block(handle - 200), "read {handle}");
     }
     tx.disconnect().await.unwrap();
-    let _ = stop.send(true);
-    serving.await.unwrap();
+    served.stop().await;
 
     // The recording: the 17 reads and writes in the order they arrived (this connection
     // sent them in order), the volume as device 0.
@@ -102,5 +80,4 @@ async fn client_writes_reads_and_the_export_records_what_it_served() {
             (offset.to_string().as_str(), "4096", op)
         );
     }
-    store.shutdown().await.unwrap();
 }

@@ -1,9 +1,13 @@
 //! The NBD protocol (github.com/NetworkBlockDevice/nbd, doc/proto.md), server side: fixed
-//! newstyle negotiation ([`handshake`]), then simple replies to read, write, flush, trim and
-//! write-zeroes requests ([`transmission`]), over TCP or a Unix socket ([`server`]). The export
-//! name is the volume's name. What is not offered: TLS (so the binary listens on loopback only),
-//! structured replies, block status, and the old-style handshake. [`client`] is the other side,
-//! for the project's own load generator (`railstore bench ceph-study` without fio).
+//! newstyle negotiation ([`handshake`]), then read, write, flush, trim, write-zeroes and block
+//! status requests ([`transmission`]), over TCP or a Unix socket ([`server`]). The export name
+//! is the volume's name. A client that negotiates structured replies gets reads as data and
+//! hole chunks (objects never written cost no bytes on the wire) and may select the
+//! `base:allocation` metadata context for block status (which parts of the volume hold
+//! objects), so `qemu-img map` and `qemu-img convert` see a sparse volume as sparse. What is
+//! not offered: TLS (so the binary listens on loopback only), extended headers, and the
+//! old-style handshake. [`client`] is the other side, for the project's own load generator
+//! (`railstore bench ceph-study` without fio).
 
 pub mod client;
 pub mod handshake;
@@ -39,11 +43,14 @@ pub const OPT_STARTTLS: u32 = 5;
 pub const OPT_INFO: u32 = 6;
 pub const OPT_GO: u32 = 7;
 pub const OPT_STRUCTURED_REPLY: u32 = 8;
+pub const OPT_LIST_META_CONTEXT: u32 = 9;
+pub const OPT_SET_META_CONTEXT: u32 = 10;
 
 /// Option reply types.
 pub const REP_ACK: u32 = 1;
 pub const REP_SERVER: u32 = 2;
 pub const REP_INFO: u32 = 3;
+pub const REP_META_CONTEXT: u32 = 4;
 pub const REP_ERR_UNSUP: u32 = (1 << 31) + 1;
 pub const REP_ERR_INVALID: u32 = (1 << 31) + 3;
 pub const REP_ERR_UNKNOWN: u32 = (1 << 31) + 6;
@@ -78,9 +85,30 @@ pub const CMD_DISC: u16 = 2;
 pub const CMD_FLUSH: u16 = 3;
 pub const CMD_TRIM: u16 = 4;
 pub const CMD_WRITE_ZEROES: u16 = 6;
+pub const CMD_BLOCK_STATUS: u16 = 7;
 
 /// Request flags.
 pub const CMD_FLAG_FUA: u16 = 1 << 0;
+/// Block status: one descriptor is enough.
+pub const CMD_FLAG_REQ_ONE: u16 = 1 << 3;
+
+/// Starts every structured reply chunk.
+pub const STRUCTURED_REPLY_MAGIC: u32 = 0x668e_33ef;
+/// Structured reply flags: the last chunk of a reply.
+pub const REPLY_FLAG_DONE: u16 = 1 << 0;
+/// Structured reply chunk types.
+pub const REPLY_TYPE_NONE: u16 = 0;
+pub const REPLY_TYPE_OFFSET_DATA: u16 = 1;
+pub const REPLY_TYPE_OFFSET_HOLE: u16 = 2;
+pub const REPLY_TYPE_BLOCK_STATUS: u16 = 5;
+pub const REPLY_TYPE_ERROR: u16 = (1 << 15) + 1;
+
+/// The one metadata context offered, and the id it gets when selected.
+pub const CONTEXT_BASE_ALLOCATION: &str = "base:allocation";
+pub const CONTEXT_BASE_ALLOCATION_ID: u32 = 1;
+/// `base:allocation` status flags: nothing stored there, and it reads as zeros.
+pub const STATE_HOLE: u32 = 1 << 0;
+pub const STATE_ZERO: u32 = 1 << 1;
 
 /// Largest read or write payload a request may carry (what the block-size information
 /// advertises; the protocol's suggested maximum).

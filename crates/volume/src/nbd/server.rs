@@ -144,8 +144,8 @@ async fn connection<S>(
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let negotiated = tokio::time::timeout(NEGOTIATION_TIMEOUT, negotiate(&mut stream, &volumes));
-    let volume = match negotiated.await {
-        Ok(Ok(Negotiated::Export(v))) => v,
+    let (volume, session) = match negotiated.await {
+        Ok(Ok(Negotiated::Export(v, session))) => (v, session),
         Ok(Ok(Negotiated::Closed)) => return,
         Ok(Err(e)) => {
             tracing::debug!(peer = %peer, error = %e, "NBD negotiation ended");
@@ -157,8 +157,8 @@ async fn connection<S>(
         }
     };
     let name = volume.meta().name;
-    tracing::info!(peer = %peer, volume = %name, "NBD client connected");
-    match transmit(stream, volume, stop, recorder).await {
+    tracing::info!(peer = %peer, volume = %name, structured = session.structured, block_status = session.allocation, "NBD client connected");
+    match transmit(stream, volume, session, stop, recorder).await {
         Ok(()) => tracing::info!(peer = %peer, volume = %name, "NBD client disconnected"),
         Err(e) => tracing::warn!(peer = %peer, volume = %name, error = %e, "NBD connection ended"),
     }

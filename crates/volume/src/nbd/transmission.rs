@@ -3,10 +3,16 @@
 //! locks); replies go out as each finishes, matched by the client's cookie. A write's payload
 //! is read only once the connection has budget for it, so a client cannot make the server hold
 //! more than [`IN_FLIGHT_BYTES_MAX`] of its data.
+//!
+//! With structured replies negotiated, a read is answered in data and hole chunks (in order,
+//! the last one marked done), any error as an error chunk with its message, and block status
+//! with one `base:allocation` chunk; the other requests still get simple replies on success,
+//! as the protocol allows.
 
+use super::handshake::Session;
 use super::*;
-use crate::error::{errno, VolumeError};
-use crate::volume::Volume;
+use crate::error::VolumeError;
+use crate::volume::{Extent, Volume};
 use std::io;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -17,6 +23,11 @@ use tokio::task::JoinSet;
 pub const IN_FLIGHT_BYTES_MAX: usize = 128 << 20;
 /// Budget unit: one permit per 4 KiB.
 const PERMIT_BYTES: usize = 4096;
+/// Objects one block status request looks up at most: a longer request gets a shorter answer
+/// (which the protocol allows; clients ask again from where it ended).
+const STATUS_OBJECTS_MAX: u64 = 16_384;
+/// Longest error message sent in an error chunk (the protocol's string limit).
+const MESSAGE_BYTES_MAX: usize = 4096;
 
 /// One request's header.
 #[derive(Debug, Clone, Copy)]
@@ -33,6 +44,7 @@ pub struct Request {
 pub async fn transmit<S>(
     stream: S,
     volume: Arc<Volume>,
+    session: Session,
     mut stop: tokio::sync::watch::Receiver<bool>,
     recorder: Option<Arc<Recorder>>,
 ) -> io::Result<()>
@@ -74,7 +86,11 @@ where
                     ),
                 ));
             }
-            answer(&writer, req.cookie, errno::EINVAL, None).await?;
+            let too_long = VolumeError::Invalid(format!(
+                "a read of {} B, above the {PAYLOAD_BYTES_MAX} B limit",
+                req.len
+            ));
+            answer(&writer, session, req, Err(too_long)).await?;
             continue;
         }
         let permits = if carries {
@@ -100,14 +116,11 @@ where
         let writer = writer.clone();
         tasks.spawn(async move {
             let _permit = permit;
-            let (error, data) = match run(&volume, req, payload).await {
-                Ok(data) => (0, data),
-                Err(e) => {
-                    tracing::debug!(error = %e, kind = req.kind, offset = req.offset, len = req.len, "NBD request failed");
-                    (e.errno(), None)
-                }
-            };
-            if let Err(e) = answer(&writer, req.cookie, error, data.as_deref()).await {
+            let outcome = run(&volume, session, req, payload).await;
+            if let Err(e) = &outcome {
+                tracing::debug!(error = %e, kind = req.kind, offset = req.offset, len = req.len, "NBD request failed");
+            }
+            if let Err(e) = answer(&writer, session, req, outcome).await {
                 tracing::debug!(error = %e, "NBD reply not sent");
             }
         });
@@ -117,22 +130,65 @@ where
     result
 }
 
-/// Runs one request; a read returns its data.
+/// What a request that succeeded answers with.
+enum Answer {
+    /// Nothing but success.
+    Done,
+    /// A read's bytes, whole (simple replies).
+    Data(Vec<u8>),
+    /// A read's extents (structured replies).
+    Extents(Vec<Extent>),
+    /// Block status: consecutive runs of (length, allocated).
+    Allocation(Vec<(u64, bool)>),
+}
+
+/// Runs one request.
 async fn run(
     volume: &Volume,
+    session: Session,
     req: Request,
     payload: Option<Vec<u8>>,
-) -> Result<Option<Vec<u8>>, VolumeError> {
+) -> Result<Answer, VolumeError> {
     let fua = req.flags & CMD_FLAG_FUA != 0;
     let (offset, len) = (req.offset, req.len as u64);
     match req.kind {
-        CMD_READ => Ok(Some(volume.read(offset, len).await?)),
+        CMD_READ if session.structured => {
+            Ok(Answer::Extents(volume.read_extents(offset, len).await?))
+        }
+        CMD_READ => Ok(Answer::Data(volume.read(offset, len).await?)),
         CMD_WRITE => {
             let data = payload.unwrap_or_default();
-            volume.write(offset, &data, fua).await.map(|_| None)
+            volume.write(offset, &data, fua).await.map(|_| Answer::Done)
         }
-        CMD_FLUSH => volume.flush().await.map(|_| None),
-        CMD_TRIM | CMD_WRITE_ZEROES => volume.zero(offset, len, fua).await.map(|_| None),
+        CMD_FLUSH => volume.flush().await.map(|_| Answer::Done),
+        CMD_TRIM | CMD_WRITE_ZEROES => volume.zero(offset, len, fua).await.map(|_| Answer::Done),
+        CMD_BLOCK_STATUS => {
+            if !session.allocation {
+                return Err(VolumeError::Invalid(
+                    "block status without base:allocation selected for this export".into(),
+                ));
+            }
+            if len == 0 {
+                return Err(VolumeError::Invalid("block status of 0 bytes".into()));
+            }
+            let end = offset.checked_add(len).filter(|&e| e <= volume.size());
+            if end.is_none() {
+                return Err(VolumeError::OutOfRange {
+                    what: "block status",
+                    offset,
+                    end: offset.saturating_add(len),
+                    size: volume.size(),
+                });
+            }
+            // Looked up as far as STATUS_OBJECTS_MAX objects reach.
+            let object = volume.meta().object_bytes;
+            let reach = (offset / object + STATUS_OBJECTS_MAX).saturating_mul(object);
+            let mut runs = volume.allocation(offset, len.min(reach - offset)).await?;
+            if req.flags & CMD_FLAG_REQ_ONE != 0 {
+                runs.truncate(1);
+            }
+            Ok(Answer::Allocation(runs))
+        }
         other => Err(VolumeError::Invalid(format!("request type {other}"))),
     }
 }
@@ -163,21 +219,116 @@ async fn read_request<R: AsyncRead + Unpin>(reader: &mut R) -> io::Result<Option
     }))
 }
 
-/// Sends a simple reply (with the read's data when there is no error).
+/// Sends the reply to `req`: simple, or structured chunks where the session negotiated them
+/// and the request needs them (reads, block status, errors).
 async fn answer<W: AsyncWrite + Unpin>(
     writer: &Mutex<W>,
-    cookie: u64,
-    error: u32,
-    data: Option<&[u8]>,
+    session: Session,
+    req: Request,
+    outcome: Result<Answer, VolumeError>,
 ) -> io::Result<()> {
-    let mut head = Vec::with_capacity(16);
-    head.extend_from_slice(&SIMPLE_REPLY_MAGIC.to_be_bytes());
-    head.extend_from_slice(&error.to_be_bytes());
-    head.extend_from_slice(&cookie.to_be_bytes());
-    let mut w = writer.lock().await;
-    w.write_all(&head).await?;
-    if let (0, Some(d)) = (error, data) {
-        w.write_all(d).await?;
+    let mut out = Vec::new();
+    match outcome {
+        Err(e) if session.structured => {
+            let mut msg = e.to_string().into_bytes();
+            msg.truncate(MESSAGE_BYTES_MAX);
+            let mut payload = e.errno().to_be_bytes().to_vec();
+            payload.extend_from_slice(&(msg.len() as u16).to_be_bytes());
+            payload.extend_from_slice(&msg);
+            chunk(
+                &mut out,
+                req.cookie,
+                REPLY_FLAG_DONE,
+                REPLY_TYPE_ERROR,
+                &[&payload],
+            );
+        }
+        Err(e) => simple(&mut out, req.cookie, e.errno()),
+        Ok(Answer::Done) => simple(&mut out, req.cookie, 0),
+        Ok(Answer::Data(data)) => {
+            simple(&mut out, req.cookie, 0);
+            let mut w = writer.lock().await;
+            w.write_all(&out).await?;
+            w.write_all(&data).await?;
+            return w.flush().await;
+        }
+        Ok(Answer::Extents(extents)) if extents.is_empty() => {
+            chunk(&mut out, req.cookie, REPLY_FLAG_DONE, REPLY_TYPE_NONE, &[]);
+        }
+        Ok(Answer::Extents(extents)) => {
+            // Chunk heads are built here, the data goes out as it is (up to 32 MiB: no copy).
+            let last = extents.len() - 1;
+            let mut w = writer.lock().await;
+            for (i, e) in extents.iter().enumerate() {
+                let flags = if i == last { REPLY_FLAG_DONE } else { 0 };
+                let offset = e.offset.to_be_bytes();
+                out.clear();
+                match &e.data {
+                    Some(data) => {
+                        let len = (8 + data.len()) as u32;
+                        head(&mut out, req.cookie, flags, REPLY_TYPE_OFFSET_DATA, len);
+                        out.extend_from_slice(&offset);
+                        w.write_all(&out).await?;
+                        w.write_all(data).await?;
+                    }
+                    None => {
+                        // A hole is never longer than the request, whose length is 32 bits.
+                        head(&mut out, req.cookie, flags, REPLY_TYPE_OFFSET_HOLE, 12);
+                        out.extend_from_slice(&offset);
+                        out.extend_from_slice(&(e.len as u32).to_be_bytes());
+                        w.write_all(&out).await?;
+                    }
+                }
+            }
+            return w.flush().await;
+        }
+        Ok(Answer::Allocation(runs)) => {
+            let mut payload = CONTEXT_BASE_ALLOCATION_ID.to_be_bytes().to_vec();
+            for (len, allocated) in runs {
+                let state = if allocated {
+                    0
+                } else {
+                    STATE_HOLE | STATE_ZERO
+                };
+                // Runs lie within the request, whose length is 32 bits.
+                payload.extend_from_slice(&(len as u32).to_be_bytes());
+                payload.extend_from_slice(&state.to_be_bytes());
+            }
+            chunk(
+                &mut out,
+                req.cookie,
+                REPLY_FLAG_DONE,
+                REPLY_TYPE_BLOCK_STATUS,
+                &[&payload],
+            );
+        }
     }
+    let mut w = writer.lock().await;
+    w.write_all(&out).await?;
     w.flush().await
+}
+
+/// Appends a simple reply's header.
+fn simple(out: &mut Vec<u8>, cookie: u64, error: u32) {
+    out.extend_from_slice(&SIMPLE_REPLY_MAGIC.to_be_bytes());
+    out.extend_from_slice(&error.to_be_bytes());
+    out.extend_from_slice(&cookie.to_be_bytes());
+}
+
+/// Appends one structured reply chunk whose payload is `parts`, one after another.
+fn chunk(out: &mut Vec<u8>, cookie: u64, flags: u16, kind: u16, parts: &[&[u8]]) {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    head(out, cookie, flags, kind, len as u32);
+    for p in parts {
+        out.extend_from_slice(p);
+    }
+}
+
+/// Appends a structured reply chunk's header, for a payload of `len` bytes.
+fn head(out: &mut Vec<u8>, cookie: u64, flags: u16, kind: u16, len: u32) {
+    out.extend_from_slice(&STRUCTURED_REPLY_MAGIC.to_be_bytes());
+    out.extend_from_slice(&flags.to_be_bytes());
+    out.extend_from_slice(&kind.to_be_bytes());
+    out.extend_from_slice(&cookie.to_be_bytes());
+    out.extend_from_slice(&len.to_be_bytes());
 }
