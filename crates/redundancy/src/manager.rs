@@ -378,28 +378,34 @@ impl Manager {
         } else {
             (0, 0)
         };
+        let (mechanism, version, object_len, meta) = (
+            first.mechanism,
+            first.version,
+            first.object_len,
+            first.meta(),
+        );
+        // Segment 0 is used once, as it is; a read of one segment from its start takes the
+        // segment's bytes without copying them (a 1 MiB GET is one segment).
+        let mut first = Some(first);
         let mut out = Vec::with_capacity((end - start) as usize);
         for s in s_first..=s_last {
             let seg = if s == 0 {
-                first.clone()
+                first.take().expect("segment 0 is read once")
             } else {
                 let s = s as u32;
                 match inner
-                    .fast_segment(key, s, place, Some(first.mechanism), Some(first.version))
+                    .fast_segment(key, s, place, Some(mechanism), Some(version))
                     .await
                 {
                     Some(r) => r,
-                    None => match inner
-                        .slow_segment(key, s, place, Some(first.version))
-                        .await?
-                    {
+                    None => match inner.slow_segment(key, s, place, Some(version)).await? {
                         Some(r) => r,
                         None => {
                             return Err(RedundancyError::Lost {
                                 key: key.to_vec(),
                                 detail: format!(
                                     "segment {s} of version {} cannot be read",
-                                    first.version
+                                    version
                                 ),
                             })
                         }
@@ -409,7 +415,10 @@ impl Manager {
             let seg_start = s * seg_bytes;
             let lo = start.max(seg_start) - seg_start;
             let hi = end.min(seg_start + seg.data.len() as u64) - seg_start;
-            if lo < hi {
+            if s_first == s_last && lo == 0 {
+                out = seg.data;
+                out.truncate(hi as usize);
+            } else if lo < hi {
                 out.extend_from_slice(&seg.data[lo as usize..hi as usize]);
             }
         }
@@ -424,9 +433,9 @@ impl Manager {
             });
         }
         if from_devices {
-            inner.remember(key, first.meta());
+            inner.remember(key, meta);
         }
-        Ok((out, first.object_len))
+        Ok((out, object_len))
     }
 
     /// Reads the whole object under `key` the careful way, as scrub does: every piece of every
