@@ -384,8 +384,8 @@ impl Manager {
             first.object_len,
             first.meta(),
         );
-        // Segment 0 is used once, as it is; a read of one segment from its start takes the
-        // segment's bytes without copying them (a 1 MiB GET is one segment).
+        // Segment 0 is used once, as it is; a read of most of one segment from its start
+        // takes the segment's bytes without copying them (a 1 MiB GET is one segment).
         let mut first = Some(first);
         let mut out = Vec::with_capacity((end - start) as usize);
         for s in s_first..=s_last {
@@ -415,7 +415,9 @@ impl Manager {
             let seg_start = s * seg_bytes;
             let lo = start.max(seg_start) - seg_start;
             let hi = end.min(seg_start + seg.data.len() as u64) - seg_start;
-            if s_first == s_last && lo == 0 {
+            // Taken whole only when most of it is wanted: a short read must not hold a
+            // segment's memory (NBD budgets what a connection holds by the request's length).
+            if s_first == s_last && lo == 0 && 2 * hi as usize >= seg.data.len() {
                 out = seg.data;
                 out.truncate(hi as usize);
             } else if lo < hi {
@@ -602,6 +604,13 @@ impl Manager {
         let epochs = inner.epochs();
         let place = epochs.layout.place(key);
         let moved_from = inner.moved_from(&epochs, key);
+        // While the key may move, its lock keeps a move from running between the looks at
+        // the two groups (found at neither, though the move wrote the one looked at first
+        // only after that look), as `get` does.
+        let _guard = match moved_from {
+            Some(_) => Some(inner.lock(key).await),
+            None => None,
+        };
         let skey = segment_key(key, 0, 0);
         for p in std::iter::once(&place).chain(moved_from.as_ref()) {
             for d in (0..p.width()).map(|i| p.device(i)) {

@@ -54,6 +54,10 @@ where
         let option = stream.read_u32().await?;
         let len = stream.read_u32().await?;
         if len > OPTION_BYTES_MAX {
+            if option == OPT_SET_META_CONTEXT {
+                // A SET replaces the selection even when it fails.
+                allocation_for = None;
+            }
             // Too long to be one of ours: skip it unread-into-memory, then refuse it.
             tokio::io::copy(&mut (&mut *stream).take(len as u64), &mut tokio::io::sink()).await?;
             reply(stream, option, REP_ERR_TOO_BIG, b"option data too long").await?;

@@ -230,8 +230,15 @@ async fn answer<W: AsyncWrite + Unpin>(
     let mut out = Vec::new();
     match outcome {
         Err(e) if session.structured => {
-            let mut msg = e.to_string().into_bytes();
-            msg.truncate(MESSAGE_BYTES_MAX);
+            let mut msg = e.to_string();
+            if msg.len() > MESSAGE_BYTES_MAX {
+                let mut cut = MESSAGE_BYTES_MAX;
+                while !msg.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                msg.truncate(cut);
+            }
+            let msg = msg.into_bytes();
             let mut payload = e.errno().to_be_bytes().to_vec();
             payload.extend_from_slice(&(msg.len() as u16).to_be_bytes());
             payload.extend_from_slice(&msg);
