@@ -387,7 +387,8 @@ impl Manager {
         // Segment 0 is used once, as it is; a read of most of one segment from its start
         // takes the segment's bytes without copying them (a 1 MiB GET is one segment).
         let mut first = Some(first);
-        let mut out = Vec::with_capacity((end - start) as usize);
+        // Allocated only when bytes are copied into it (not for a segment taken whole).
+        let mut out = Vec::new();
         for s in s_first..=s_last {
             let seg = if s == 0 {
                 first.take().expect("segment 0 is read once")
@@ -421,6 +422,7 @@ impl Manager {
                 out = seg.data;
                 out.truncate(hi as usize);
             } else if lo < hi {
+                out.reserve_exact((end - start) as usize - out.len());
                 out.extend_from_slice(&seg.data[lo as usize..hi as usize]);
             }
         }

@@ -27,6 +27,17 @@ pub struct Session {
     pub allocation: bool,
 }
 
+impl Session {
+    /// The session of export `name`: block status only where the last SET_META_CONTEXT
+    /// selected `base:allocation` for that same export.
+    fn chosen(structured: bool, allocation_for: &Option<String>, name: &str) -> Session {
+        Session {
+            structured,
+            allocation: allocation_for.as_deref() == Some(name),
+        }
+    }
+}
+
 /// Negotiates with a client that just connected.
 pub async fn negotiate<S>(stream: &mut S, volumes: &Volumes) -> io::Result<Negotiated>
 where
@@ -81,10 +92,7 @@ where
                 }
                 stream.write_all(&out).await?;
                 stream.flush().await?;
-                let session = Session {
-                    structured,
-                    allocation: allocation_for.as_deref() == Some(&*name),
-                };
+                let session = Session::chosen(structured, &allocation_for, &name);
                 return Ok(Negotiated::Export(volume, session));
             }
             OPT_ABORT => {
@@ -126,10 +134,7 @@ where
                 reply(stream, option, REP_INFO, &sizes).await?;
                 reply(stream, option, REP_ACK, b"").await?;
                 if option == OPT_GO {
-                    let session = Session {
-                        structured,
-                        allocation: allocation_for.as_deref() == Some(&*name),
-                    };
+                    let session = Session::chosen(structured, &allocation_for, &name);
                     return Ok(Negotiated::Export(volume, session));
                 }
             }
