@@ -4,48 +4,41 @@
 //! the mechanisms must cost. `railstore bench volume-trace`: a trace replayed with separation
 //! on and off, recorded by the export, and the recording replayed in turn.
 
-mod common;
+use crate::common;
 
-use common::on_path;
+use common::{json_report, on_path};
 use std::path::Path;
 use std::process::Command;
 
 /// Runs the study with these extra arguments and `PATH`; returns its JSON report or panics
 /// with the output.
 fn study(dir: &Path, path_var: &std::ffi::OsStr, extra: &[&str]) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
-        .args([
-            "bench",
-            "ceph-study",
-            "--mechanisms",
-            "rep3,split4+2",
-            "--sizes",
-            "4KiB",
-            "--volume-size",
-            "8MiB",
-            "--object-size",
-            "1MiB",
-            "--runtime",
-            "1",
-            "--iodepth",
-            "8",
-            "--quiet",
-            "--json",
-        ])
-        .args(extra)
-        .arg("--path")
-        .arg(dir)
-        .env("PATH", path_var)
-        .output()
-        .expect("running railstore");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "bench ceph-study failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{stdout}\nstderr:\n{stderr}"))
+    json_report(
+        Command::new(env!("CARGO_BIN_EXE_railstore"))
+            .args([
+                "bench",
+                "ceph-study",
+                "--mechanisms",
+                "rep3,split4+2",
+                "--sizes",
+                "4KiB",
+                "--volume-size",
+                "8MiB",
+                "--object-size",
+                "1MiB",
+                "--runtime",
+                "1",
+                "--iodepth",
+                "8",
+                "--quiet",
+                "--json",
+            ])
+            .args(extra)
+            .arg("--path")
+            .arg(dir)
+            .env("PATH", path_var),
+    )
+    .0
 }
 
 /// Every point ran, moved data, and cost at least what its mechanism must.
@@ -161,28 +154,21 @@ fn ceph_study_drives_fio_over_nbd() {
 
 /// `bench volume-trace` with these arguments; returns its JSON report.
 fn volume_trace(dir: &Path, args: &[&str]) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
-        .args([
-            "bench",
-            "volume-trace",
-            "--volume-size",
-            "64MiB",
-            "--quiet",
-            "--json",
-        ])
-        .args(args)
-        .arg("--path")
-        .arg(dir)
-        .output()
-        .expect("running railstore");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "bench volume-trace failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{stdout}\nstderr:\n{stderr}"))
+    json_report(
+        Command::new(env!("CARGO_BIN_EXE_railstore"))
+            .args([
+                "bench",
+                "volume-trace",
+                "--volume-size",
+                "64MiB",
+                "--quiet",
+                "--json",
+            ])
+            .args(args)
+            .arg("--path")
+            .arg(dir),
+    )
+    .0
 }
 
 /// (offset, length, write) of each line of a Heimdall-format trace, in file order.

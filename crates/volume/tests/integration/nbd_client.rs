@@ -2,7 +2,7 @@
 //! export), pipelined writes and reads whose replies come back under their handles with the
 //! data written, an error reply for a read past the end, and the export's request recording.
 
-mod common;
+use crate::common;
 
 use railstore_volume::nbd::client;
 use railstore_volume::nbd::{CMD_READ, CMD_WRITE};

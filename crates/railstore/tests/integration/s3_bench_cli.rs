@@ -1,48 +1,41 @@
 //! `railstore bench s3` end to end: the binary starts a store on memory devices and its S3
 //! endpoint, loads it through HTTP, then the store directly, and reports both.
 
+use crate::common::json_report;
 use std::process::Command;
 
 #[test]
 fn bench_s3_measures_the_endpoint_and_the_store_baseline() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("out");
-    let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
-        .args([
-            "bench",
-            "s3",
-            "--quick",
-            "--devices-kind",
-            "mem",
-            "--size",
-            "4KiB",
-            "--clients",
-            "4",
-            "--duration",
-            "2s",
-            "--workload",
-            "put,get",
-            "--objects",
-            "50",
-            "--quiet",
-            "--no-plots",
-            "--json",
-        ])
-        .arg("--path")
-        .arg(dir.path())
-        .arg("--out")
-        .arg(&out_dir)
-        .output()
-        .expect("running railstore");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "railstore bench s3 failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
-    );
     // With a bare --json, stdout is the JSON alone; the table goes to stderr.
-    let report: serde_json::Value = serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{stdout}\nstderr:\n{stderr}"));
+    let (report, stderr) = json_report(
+        Command::new(env!("CARGO_BIN_EXE_railstore"))
+            .args([
+                "bench",
+                "s3",
+                "--quick",
+                "--devices-kind",
+                "mem",
+                "--size",
+                "4KiB",
+                "--clients",
+                "4",
+                "--duration",
+                "2s",
+                "--workload",
+                "put,get",
+                "--objects",
+                "50",
+                "--quiet",
+                "--no-plots",
+                "--json",
+            ])
+            .arg("--path")
+            .arg(dir.path())
+            .arg("--out")
+            .arg(&out_dir),
+    );
     assert!(stderr.contains("% store"), "no table on stderr:\n{stderr}");
     assert_eq!(report["errors"], 0, "{report:#}");
     let runs = report["runs"].as_array().expect("runs");

@@ -3,7 +3,7 @@
 //! damage in the last slot keeps the intact records behind it, bad paths give clear errors, and
 //! a real block device (a loop device, where the test may create one) works.
 
-mod common;
+use crate::common;
 
 use common::*;
 use railstore_device::format::{decode_checkpoint_region, scan_records};

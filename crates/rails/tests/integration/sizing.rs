@@ -1,7 +1,7 @@
 //! Buffers and the window sized from the devices' measured write rate (Rails §4.2.2, §4.3.1),
 //! in virtual time over devices that take writes at a fixed rate.
 
-mod common;
+use crate::common;
 
 use common::Timed;
 use railstore_device::{Device, StoreMode};

@@ -1,33 +1,26 @@
 //! `railstore bench repair` end to end: a store served over S3 in the process, a device failed
 //! and rebuilt twice (unthrottled without load, throttled under load), every figure reported.
 
+use crate::common::json_report;
 use std::process::Command;
 
 #[test]
 fn bench_repair_rebuilds_under_load_and_reports_both_ratios() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
-        .args([
-            "bench",
-            "repair",
-            "--quick",
-            "--clients",
-            "4",
-            "--json",
-            "-",
-        ])
-        .arg("--path")
-        .arg(dir.path())
-        .output()
-        .expect("running railstore");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "railstore bench repair failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    let (r, stderr) = json_report(
+        Command::new(env!("CARGO_BIN_EXE_railstore"))
+            .args([
+                "bench",
+                "repair",
+                "--quick",
+                "--clients",
+                "4",
+                "--json",
+                "-",
+            ])
+            .arg("--path")
+            .arg(dir.path()),
     );
-    let r: serde_json::Value = serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{stdout}\nstderr:\n{stderr}"));
     assert!(stderr.contains("| during rebuild |"), "no table:\n{stderr}");
     let load = r["load"].as_array().unwrap();
     assert_eq!(load.len(), 3, "{r:#}");

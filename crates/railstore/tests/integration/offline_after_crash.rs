@@ -78,7 +78,11 @@ fn deletes_stay_deleted_through_kill_status_scrub_and_restart() {
     let file = dir.path().join("railstore.toml");
     std::fs::write(&file, config_text(dir.path())).unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([TEST, "--exact", "--nocapture"])
+        .args([
+            format!("{}::{TEST}", module_path!().split_once("::").unwrap().1).as_str(),
+            "--exact",
+            "--nocapture",
+        ])
         .env(CHILD_ENV, dir.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -1,5 +1,4 @@
 //! Shared helpers for the device tests: a `BTreeMap` model and a random operation driver.
-#![allow(dead_code)]
 
 use railstore_device::*;
 use rand::{Rng, SeedableRng};

@@ -1,6 +1,6 @@
 //! Model-based tests: random operation sequences on every backend, compared with a `BTreeMap`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use railstore_device::*;

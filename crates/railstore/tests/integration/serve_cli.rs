@@ -2,7 +2,7 @@
 //! keys from `--access-key`/`--secret-key` or `RAILSTORE_ACCESS_KEY`/`RAILSTORE_SECRET_KEY`, a
 //! `listening on` line once it accepts requests, and a clean exit on SIGTERM.
 
-mod common;
+use crate::common;
 
 use common::{cli, config_file, endpoint_of, http_get, load, serve_in, Served};
 use std::path::Path;

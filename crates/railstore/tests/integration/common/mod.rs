@@ -1,6 +1,5 @@
 //! What the tests that start `railstore serve` share: the server process and its log, a
 //! bare HTTP client, the CLI, and a small S3 load from `railstore bench s3`.
-#![allow(dead_code)] // each test binary uses a different part
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -200,4 +199,25 @@ pub fn cli(args: &[&str]) -> (bool, String) {
         .output()
         .unwrap();
     outcome(out)
+}
+
+/// Runs `cmd`, which must succeed; returns its stdout and stderr.
+pub fn succeeded(cmd: &mut Command) -> (String, String) {
+    let out = cmd.output().expect("running railstore");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    (stdout, stderr)
+}
+
+/// Runs `cmd`, which must succeed and print a JSON report alone on stdout (a bare `--json`
+/// or `--json -`); returns the report and stderr, where the lines for people go.
+pub fn json_report(cmd: &mut Command) -> (serde_json::Value, String) {
+    let (stdout, stderr) = succeeded(cmd);
+    let report = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{stdout}\nstderr:\n{stderr}"));
+    (report, stderr)
 }

@@ -3,6 +3,7 @@
 //! mechanism's size; the report carries the S3 figures and what the store counted. Also
 //! `bench mixed`'s bare `--json`, on the cheapest preset.
 
+use crate::common::{json_report, succeeded};
 use std::process::Command;
 
 #[test]
@@ -27,7 +28,6 @@ fn the_serve_preset_measures_each_mode_through_s3() {
             .arg("--out")
             .arg(&out_dir)
             .env("TMPDIR", dir.path()),
-        "bench mixed --preset serve",
     );
     assert!(stdout.contains("separated GET p99.9 ="), "{stdout}");
     let report: serde_json::Value =
@@ -109,34 +109,17 @@ fn the_serve_preset_refuses_what_does_not_apply() {
 /// A bare `--json` puts the report alone on stdout; the lines for people go to stderr.
 #[test]
 fn a_bare_json_prints_the_report_on_stdout() {
-    let (stdout, stderr) = succeeded(
-        Command::new(env!("CARGO_BIN_EXE_railstore")).args([
-            "bench",
-            "mixed",
-            "--preset",
-            "rails-2",
-            "--quick",
-            "--modes",
-            "read-only",
-            "--json",
-        ]),
-        "bench mixed --json",
-    );
-    let report: serde_json::Value = serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{stdout}\nstderr:\n{stderr}"));
+    let (report, stderr) = json_report(Command::new(env!("CARGO_BIN_EXE_railstore")).args([
+        "bench",
+        "mixed",
+        "--preset",
+        "rails-2",
+        "--quick",
+        "--modes",
+        "read-only",
+        "--json",
+    ]));
     assert_eq!(report["preset"], "rails-2", "{report:#}");
     assert_eq!(report["runs"][0]["mode"], "read-only", "{report:#}");
     assert!(stderr.contains("w = "), "no table on stderr:\n{stderr}");
-}
-
-/// Runs `cmd`, which must succeed; returns its stdout and stderr.
-fn succeeded(cmd: &mut Command, what: &str) -> (String, String) {
-    let out = cmd.output().expect("running railstore");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(
-        out.status.success(),
-        "{what} failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    (stdout, stderr)
 }

@@ -10,7 +10,7 @@
 //! the tests say so and pass, unless `RAILSTORE_REQUIRE_FIO` / `RAILSTORE_REQUIRE_QEMU` is set
 //! (CI sets both and installs Debian's fio and qemu-utils).
 
-mod common;
+use crate::common;
 
 use common::{cli, on_path, outcome, serve_in, Served};
 use std::path::{Path, PathBuf};

@@ -1,9 +1,9 @@
 //! `railstore grow` and `railstore drain` on a data folder, and `railstore bench grow` end to
 //! end (a store grown and drained back under an S3 load, every figure reported).
 
-mod common;
+use crate::common;
 
-use common::{cli, config_file, load, serve_in};
+use common::{cli, config_file, json_report, load, serve_in};
 use railstore_store::{body_from, collect_body, PutOptions, Store, StoreConfig};
 use std::path::Path;
 use std::process::Command;
@@ -172,20 +172,12 @@ fn devices_are_added_to_and_removed_from_a_running_server() {
 #[test]
 fn bench_grow_moves_half_the_keys_and_reports_every_figure() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
-        .args(["bench", "grow", "--quick", "--clients", "4", "--json", "-"])
-        .arg("--path")
-        .arg(dir.path())
-        .output()
-        .expect("running railstore");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "railstore bench grow failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    let (r, stderr) = json_report(
+        Command::new(env!("CARGO_BIN_EXE_railstore"))
+            .args(["bench", "grow", "--quick", "--clients", "4", "--json", "-"])
+            .arg("--path")
+            .arg(dir.path()),
     );
-    let r: serde_json::Value = serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{stdout}\nstderr:\n{stderr}"));
     assert!(
         stderr.contains("| during the grow's move |"),
         "no table:\n{stderr}"

@@ -6,7 +6,7 @@
 //! the test says so and passes, unless `RAILSTORE_REQUIRE_BROWSER` is set (CI sets it and
 //! installs Debian's chromium).
 
-mod common;
+use crate::common;
 
 use common::{cli, http_get, load, on_path, serve_in};
 use std::path::{Path, PathBuf};

@@ -101,7 +101,7 @@ fn kill_9_rounds(test: &str, separated: bool) {
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     for round in 1..=3u64 {
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([test, "--exact", "--nocapture"])
+            .args([harness_name(test).as_str(), "--exact", "--nocapture"])
             .env(CHILD_ENV, format!("{path}:{round}"))
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -183,4 +183,10 @@ fn kill_9_rounds(test: &str, separated: bool) {
             store.shutdown().await.unwrap();
         });
     }
+}
+
+/// `test` as the harness names it: its module path inside the test binary, then its name.
+fn harness_name(test: &str) -> String {
+    let module = module_path!().split_once("::").map_or("", |(_, m)| m);
+    format!("{module}::{test}")
 }

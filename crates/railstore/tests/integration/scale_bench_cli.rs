@@ -1,28 +1,21 @@
 //! `railstore bench scale` end to end: objects loaded in two steps into an in-process store,
 //! each step's memory by layer, disk, listing, rates and restart reported.
 
+use crate::common::json_report;
 use std::process::Command;
 
 #[test]
 fn bench_scale_reports_every_layer_at_every_step() {
     let dir = tempfile::tempdir().unwrap();
     let plots = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
-        .args(["bench", "scale", "--quick", "--clients", "4", "--json", "-"])
-        .arg("--path")
-        .arg(dir.path())
-        .arg("--plots")
-        .arg(plots.path())
-        .output()
-        .expect("running railstore");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "railstore bench scale failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    let (r, stderr) = json_report(
+        Command::new(env!("CARGO_BIN_EXE_railstore"))
+            .args(["bench", "scale", "--quick", "--clients", "4", "--json", "-"])
+            .arg("--path")
+            .arg(dir.path())
+            .arg("--plots")
+            .arg(plots.path()),
     );
-    let r: serde_json::Value = serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{stdout}\nstderr:\n{stderr}"));
     assert!(stderr.contains("B/obj process"), "no table:\n{stderr}");
     let steps = r["steps"].as_array().unwrap();
     assert_eq!(steps.len(), 2, "{r:#}");
@@ -72,21 +65,13 @@ fn bench_scale_reports_every_layer_at_every_step() {
 #[test]
 fn bench_scale_loads_through_s3() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
-        .args(["bench", "scale", "--quick", "--s3", "--clients", "4"])
-        .args(["--sizes", "5KiB-16KiB"])
-        .args(["--json", "-", "--path"])
-        .arg(dir.path())
-        .output()
-        .expect("running railstore");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "railstore bench scale --s3 failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    let (r, stderr) = json_report(
+        Command::new(env!("CARGO_BIN_EXE_railstore"))
+            .args(["bench", "scale", "--quick", "--s3", "--clients", "4"])
+            .args(["--sizes", "5KiB-16KiB"])
+            .args(["--json", "-", "--path"])
+            .arg(dir.path()),
     );
-    let r: serde_json::Value = serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{stdout}\nstderr:\n{stderr}"));
     assert_eq!(r["via"], "s3", "{r:#}");
     assert!(stderr.contains("through S3"), "{stderr}");
     let steps = r["steps"].as_array().unwrap();

@@ -4,7 +4,7 @@
 //! seed 13841 of `rep3-sep-n12` with partial separation: after three rounds the sync gave up
 //! with an error that took the synced device, healthy, out of service.)
 
-mod common;
+use crate::common;
 
 use common::Timed;
 use railstore_device::{Device, ReadRange, StoreMode};

@@ -3,7 +3,7 @@
 //! exactly what was written, block status that follows writes and trims, and errors as error
 //! chunks with a message.
 
-mod common;
+use crate::common;
 
 use railstore_volume::nbd::*;
 use railstore_volume::VolumeSpec;

@@ -3,7 +3,7 @@
 //! exactly, no partial or mixed value may appear, deleted keys stay deleted, and the device
 //! opens without manual repair.
 
-mod common;
+use crate::common;
 
 use common::*;
 use railstore_device::*;
@@ -329,7 +329,11 @@ fn kill9_rounds(layout: Layout) {
     for round in 0..3u64 {
         let mut c = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
-                "kill9_child_recovers",
+                format!(
+                    "{}::kill9_child_recovers",
+                    module_path!().split_once("::").unwrap().1
+                )
+                .as_str(),
                 "--exact",
                 "--nocapture",
                 "--test-threads=1",

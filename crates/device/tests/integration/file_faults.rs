@@ -3,7 +3,7 @@
 //! records behind it must not be destroyed), and checkpoints whose CRC is right but whose
 //! contents are not (recovery must neither panic nor trust them over the log).
 
-mod common;
+use crate::common;
 
 use common::*;
 use proptest::prelude::*;

@@ -1,0 +1,9 @@
+//! The crate's integration tests, one module per file, built and linked as one binary.
+
+mod crash;
+mod faults;
+mod fixtures;
+mod model;
+mod relocate;
+mod scan;
+mod separation;
