@@ -449,6 +449,9 @@ struct Holds {
     held: Arc<std::sync::atomic::AtomicBool>,
     arrived: Arc<std::sync::atomic::AtomicUsize>,
     permits: Arc<tokio::sync::Semaphore>,
+    /// While set, an existence check waits, before it asks the device, for a permit of
+    /// `permits` (counted in `arrived` like the reads).
+    exists_held: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Holds {
@@ -457,16 +460,21 @@ impl Holds {
             held: Arc::default(),
             arrived: Arc::default(),
             permits: Arc::new(tokio::sync::Semaphore::new(0)),
+            exists_held: Arc::default(),
         }
     }
 
-    /// `devices` with those from `first` on wrapped so that their reads can be held.
-    fn wrap(&self, devices: Vec<Arc<dyn Device>>, first: usize) -> Vec<Arc<dyn Device>> {
+    /// `devices` with those in `wrapped` wrapped so that their reads can be held.
+    fn wrap(
+        &self,
+        devices: Vec<Arc<dyn Device>>,
+        wrapped: std::ops::Range<usize>,
+    ) -> Vec<Arc<dyn Device>> {
         devices
             .into_iter()
             .enumerate()
             .map(|(d, inner)| {
-                if d < first {
+                if !wrapped.contains(&d) {
                     return inner;
                 }
                 Arc::new(HeldReads {
@@ -506,6 +514,12 @@ impl Device for HeldReads {
         self.inner.delete(key, must_exist).await
     }
     async fn exist(&self, keys: &[&[u8]]) -> railstore_device::Result<Vec<bool>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let h = &self.holds;
+        if h.exists_held.load(SeqCst) {
+            h.arrived.fetch_add(1, SeqCst);
+            h.permits.acquire().await.unwrap().forget();
+        }
         self.inner.exist(keys).await
     }
     async fn iterate(
@@ -549,8 +563,9 @@ async fn a_read_that_overlaps_the_end_of_a_move_finds_its_key() {
         held,
         arrived,
         permits,
+        ..
     } = holds.clone();
-    let devices = holds.wrap(as_devices(&mems), 6);
+    let devices = holds.wrap(as_devices(&mems), 6..12);
     let m = Manager::open(devices, config(&policy, &[6], Some(Move::Grow)))
         .await
         .unwrap();
@@ -601,6 +616,80 @@ async fn a_read_that_overlaps_the_end_of_a_move_finds_its_key() {
     assert_eq!(got, key);
 }
 
+/// `Manager::holds` (NBD block status) never calls a moving key absent: it looks at the key's
+/// new place, then its old one, and a move that ran between the two looks would leave it
+/// nowhere to be found. The test holds its look at the old place while the move runs; the
+/// key's lock keeps the move waiting until the look is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_finds_a_key_that_moves_between_its_looks() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let policy = Policy::Standalone(Mechanism::parse("rep3").unwrap());
+    let mems = mem_devices(12);
+    let m = Manager::open(as_devices(&mems[..6]), config(&policy, &[], None))
+        .await
+        .unwrap();
+    let keys: Vec<Vec<u8>> = (0..40).map(|i| format!("k{i:03}").into_bytes()).collect();
+    for k in &keys {
+        m.put(k, k, StoreMode::Upsert, None).await.unwrap();
+    }
+    m.sync().await.unwrap();
+    drop(m);
+
+    // The old place is on the six first devices: their existence checks can be held.
+    let holds = Holds::new();
+    let devices = holds.wrap(as_devices(&mems), 0..6);
+    let m = Manager::open(devices, config(&policy, &[6], Some(Move::Grow)))
+        .await
+        .unwrap();
+    let (_, source) = m.moving().expect("moving");
+    let key = keys
+        .iter()
+        .find(|k| source.place(k).group() != m.layout().place(k).group())
+        .expect("a key that moves")
+        .clone();
+
+    holds.exists_held.store(true, SeqCst);
+    let asking = {
+        let (m, key) = (m.clone(), key.clone());
+        tokio::spawn(async move { m.holds(&key).await })
+    };
+    // Its look at the new place found nothing; it now waits to look at the old one.
+    while holds.arrived.load(SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    holds.exists_held.store(false, SeqCst);
+    let mover = {
+        let m = m.clone();
+        tokio::spawn(async move {
+            m.relocate_all(RepairOptions::default(), &RepairProgress::default())
+                .await
+        })
+    };
+    // Give the move time to reach the key (it cannot finish it while the look holds the lock).
+    let mut mover = std::pin::pin!(mover);
+    let early = tokio::time::timeout(Duration::from_millis(500), &mut mover).await;
+    holds.permits.add_permits(1000);
+    assert!(
+        asking.await.unwrap().unwrap(),
+        "a key that moved between the looks was called absent (move done before the look: {})",
+        early.is_ok()
+    );
+    let report = match early {
+        Ok(done) => done,
+        Err(_) => mover.await,
+    }
+    .unwrap()
+    .unwrap();
+    assert!(
+        report.objects_moved > 0 && report.failed.is_empty(),
+        "{report:?}"
+    );
+    m.finish_move();
+    let (got, _) = m.get(&key, ReadRange::ALL).await.unwrap();
+    assert_eq!(got, key);
+    assert!(m.holds(&key).await.unwrap());
+}
+
 /// A rep3 manager over `devices` (twelve: six grown onto six, no move running) holding 40
 /// keys, synced; with the keys and one whose group a drain changes.
 async fn grown_with_keys(devices: Vec<Arc<dyn Device>>) -> (Manager, Vec<Vec<u8>>, Vec<u8>) {
@@ -635,8 +724,9 @@ async fn an_online_drain_waits_for_operations_placed_by_the_layout_before_it() {
         held,
         arrived,
         permits,
+        ..
     } = holds.clone();
-    let (m, keys, key) = grown_with_keys(holds.wrap(as_devices(&mem_devices(12)), 6)).await;
+    let (m, keys, key) = grown_with_keys(holds.wrap(as_devices(&mem_devices(12)), 6..12)).await;
 
     held.store(true, SeqCst);
     let reader = {
@@ -694,7 +784,7 @@ async fn a_delete_that_straddles_an_online_drain_stays_deleted() {
     // Reopened, so the delete's lookup of the key goes to the devices.
     let holds = Holds::new();
     let m = Manager::open(
-        holds.wrap(as_devices(&mems), 6),
+        holds.wrap(as_devices(&mems), 6..12),
         config(&policy, &[6], None),
     )
     .await
