@@ -66,12 +66,13 @@ fn fd_of(path: &Path) -> RawFd {
 fn redirect(fd: RawFd, target: &str) -> RawFd {
     let c = std::ffi::CString::new(target).unwrap();
     // SAFETY: plain descriptor calls on descriptors this process owns; `fd` stays open
-    // throughout (dup2 replaces it atomically).
+    // throughout (dup3 replaces it atomically). Close-on-exec throughout: other tests of this
+    // binary start child processes meanwhile.
     unsafe {
-        let saved = libc::dup(fd);
+        let saved = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0);
         let t = libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
         assert!(saved >= 0 && t >= 0);
-        assert_eq!(libc::dup2(t, fd), fd);
+        assert_eq!(libc::dup3(t, fd, libc::O_CLOEXEC), fd);
         libc::close(t);
         saved
     }
@@ -80,7 +81,7 @@ fn redirect(fd: RawFd, target: &str) -> RawFd {
 fn restore(fd: RawFd, saved: RawFd) {
     // SAFETY: as in `redirect`.
     unsafe {
-        assert_eq!(libc::dup2(saved, fd), fd);
+        assert_eq!(libc::dup3(saved, fd, libc::O_CLOEXEC), fd);
         libc::close(saved);
     }
 }

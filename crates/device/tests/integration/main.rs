@@ -4,7 +4,6 @@ mod common;
 mod crash;
 mod faulty;
 mod file_faults;
-mod fixtures;
 mod model;
 mod random_bytes;
 mod sim;

@@ -1,6 +1,6 @@
 //! Committed on-disk images of the `file` backend (`tests/fixtures/`), valid and corrupt, read
 //! back with their exact expected contents. `RAILSTORE_WRITE_FIXTURES=1 cargo test -p
-//! railstore-device --test integration fixtures::` regenerates them (only when the format changes on purpose;
+//! railstore-device --test fixtures` regenerates them (only when the format changes on purpose;
 //! bump the format version then).
 
 use railstore_device::format::{
