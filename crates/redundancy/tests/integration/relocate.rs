@@ -437,7 +437,8 @@ async fn a_power_loss_during_a_move_loses_no_synced_write() {
 }
 
 /// A device whose reads, while `held` is set, answer with what the device held when they came
-/// but only once the test lets them go, one permit each; counts the reads held so far.
+/// but only once the test lets them go, one permit each; its existence checks likewise while
+/// `exists_held` is set, but asking the device only once let go. Counts what it held so far.
 struct HeldReads {
     inner: Arc<dyn Device>,
     holds: Holds,
@@ -464,7 +465,8 @@ impl Holds {
         }
     }
 
-    /// `devices` with those in `wrapped` wrapped so that their reads can be held.
+    /// `devices` with those in `wrapped` wrapped so that their reads and existence checks can
+    /// be held.
     fn wrap(
         &self,
         devices: Vec<Arc<dyn Device>>,
@@ -655,6 +657,10 @@ async fn holds_finds_a_key_that_moves_between_its_looks() {
     };
     // Its look at the new place found nothing; it now waits to look at the old one.
     while holds.arrived.load(SeqCst) == 0 {
+        assert!(
+            !asking.is_finished(),
+            "holds answered before its look at the old place"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     holds.exists_held.store(false, SeqCst);
