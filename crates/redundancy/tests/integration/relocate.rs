@@ -541,13 +541,13 @@ impl Device for HeldReads {
     }
 }
 
-/// A read that began during a move and looked at the key's new place before the key moved
-/// there still finds it when the move ends before that look answers: whether to look at the
-/// old place is decided when the read begins (found by `railstore sim`, seed 144 of
-/// `rep3-sep-n6`: a volume block read as zeros).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_read_that_overlaps_the_end_of_a_move_finds_its_key() {
-    use std::sync::atomic::Ordering::SeqCst;
+/// A rep3 manager growing six devices onto twelve (a move running, nothing moved yet), the
+/// devices in `wrapped` held by `holds`, over 40 keys written and synced before the grow; with
+/// a key whose group the grow changes.
+async fn growing_with_a_moving_key(
+    holds: &Holds,
+    wrapped: std::ops::Range<usize>,
+) -> (Manager, Vec<u8>) {
     let policy = Policy::Standalone(Mechanism::parse("rep3").unwrap());
     let mems = mem_devices(12);
     let m = Manager::open(as_devices(&mems[..6]), config(&policy, &[], None))
@@ -559,15 +559,7 @@ async fn a_read_that_overlaps_the_end_of_a_move_finds_its_key() {
     }
     m.sync().await.unwrap();
     drop(m);
-
-    let holds = Holds::new();
-    let Holds {
-        held,
-        arrived,
-        permits,
-        ..
-    } = holds.clone();
-    let devices = holds.wrap(as_devices(&mems), 6..12);
+    let devices = holds.wrap(as_devices(&mems), wrapped);
     let m = Manager::open(devices, config(&policy, &[6], Some(Move::Grow)))
         .await
         .unwrap();
@@ -577,6 +569,24 @@ async fn a_read_that_overlaps_the_end_of_a_move_finds_its_key() {
         .find(|k| source.place(k).group() != m.layout().place(k).group())
         .expect("a key that moves")
         .clone();
+    (m, key)
+}
+
+/// A read that began during a move and looked at the key's new place before the key moved
+/// there still finds it when the move ends before that look answers: whether to look at the
+/// old place is decided when the read begins (found by `railstore sim`, seed 144 of
+/// `rep3-sep-n6`: a volume block read as zeros).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_that_overlaps_the_end_of_a_move_finds_its_key() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let holds = Holds::new();
+    let Holds {
+        held,
+        arrived,
+        permits,
+        ..
+    } = holds.clone();
+    let (m, key) = growing_with_a_moving_key(&holds, 6..12).await;
 
     // The read looks at the new place (nothing there yet); its reads are let go one at a
     // time until it reads every position at once (its last look before it answers).
@@ -625,30 +635,9 @@ async fn a_read_that_overlaps_the_end_of_a_move_finds_its_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_finds_a_key_that_moves_between_its_looks() {
     use std::sync::atomic::Ordering::SeqCst;
-    let policy = Policy::Standalone(Mechanism::parse("rep3").unwrap());
-    let mems = mem_devices(12);
-    let m = Manager::open(as_devices(&mems[..6]), config(&policy, &[], None))
-        .await
-        .unwrap();
-    let keys: Vec<Vec<u8>> = (0..40).map(|i| format!("k{i:03}").into_bytes()).collect();
-    for k in &keys {
-        m.put(k, k, StoreMode::Upsert, None).await.unwrap();
-    }
-    m.sync().await.unwrap();
-    drop(m);
-
     // The old place is on the six first devices: their existence checks can be held.
     let holds = Holds::new();
-    let devices = holds.wrap(as_devices(&mems), 0..6);
-    let m = Manager::open(devices, config(&policy, &[6], Some(Move::Grow)))
-        .await
-        .unwrap();
-    let (_, source) = m.moving().expect("moving");
-    let key = keys
-        .iter()
-        .find(|k| source.place(k).group() != m.layout().place(k).group())
-        .expect("a key that moves")
-        .clone();
+    let (m, key) = growing_with_a_moving_key(&holds, 0..6).await;
 
     holds.exists_held.store(true, SeqCst);
     let asking = {
