@@ -6,10 +6,12 @@ use anyhow::{bail, Context};
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
 use railstore_device::sim::{precondition, virtual_time_runtime, VIRTUAL_TIME_DILATION};
+use railstore_device::Fence;
 use railstore_device::{
     CompactionPolicy, Device, FileConfig, FileDevice, Limits, MemConfig, MemDevice, ReadRange,
     SimConfig, SimDevice, StoreMode,
 };
+use railstore_node::{Exported, FenceBook, LoopbackNode, RemoteNode};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
@@ -101,6 +103,13 @@ pub struct DeviceBenchArgs {
     /// job), which avoids cross-thread wake-ups per I/O.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
+    /// Serve the device from a node on a loopback port (its own runtime and threads, as a
+    /// separate process would have) and measure it through a remote device over gRPC.
+    #[arg(long)]
+    pub remote: bool,
+    /// Worker threads of the node's runtime for `--remote`.
+    #[arg(long, default_value_t = 1)]
+    pub node_threads: usize,
     /// Write the result as one JSON object to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -128,6 +137,8 @@ impl Default for DeviceBenchArgs {
             sim_time_dilation: VIRTUAL_TIME_DILATION,
             threads: 1,
             rate: None,
+            remote: false,
+            node_threads: 1,
             json: None,
             quiet: true,
         }
@@ -214,6 +225,8 @@ pub struct DeviceBenchReport {
     pub io_uring: Option<bool>,
     /// Simulated-SSD counters (sim).
     pub sim: Option<SimSummary>,
+    /// Measured through a node on loopback (`--remote`).
+    pub remote: bool,
 }
 
 /// The simulated SSD's counters after a run.
@@ -530,6 +543,12 @@ async fn run_async(args: &DeviceBenchArgs) -> anyhow::Result<DeviceBenchReport> 
     }
     let keys = (args.size / args.value_size as u64).max(1);
     let (dev, sim, direct) = build(args, keys).await?;
+    let (dev, _node) = if args.remote {
+        let (remote, node) = through_a_node(dev, args).await?;
+        (remote, Some(node))
+    } else {
+        (dev, None)
+    };
     let needs_data = !matches!(args.pattern, Pattern::Write | Pattern::Randwrite)
         || args.backend == Backend::Sim;
     let have = dev.info().await?.key_count;
@@ -596,7 +615,37 @@ async fn run_async(args: &DeviceBenchArgs) -> anyhow::Result<DeviceBenchReport> 
                 blocks_erased: st.blocks_erased,
             }
         }),
+        remote: args.remote,
     })
+}
+
+/// `dev` served by a loopback node, and the remote device for it.
+async fn through_a_node(
+    dev: Arc<dyn Device>,
+    args: &DeviceBenchArgs,
+) -> anyhow::Result<(Arc<dyn Device>, LoopbackNode)> {
+    if args.backend == Backend::Sim {
+        bail!("--remote measures a device in real time: use --backend file or mem");
+    }
+    let array_id = 1;
+    let node = LoopbackNode::start(
+        vec![Exported {
+            name: "bench".into(),
+            device: dev,
+        }],
+        FenceBook::in_memory(array_id),
+        args.node_threads,
+    )?;
+    let remote = RemoteNode::connect(&node.address().to_string())
+        .await?
+        .device(
+            "bench",
+            Fence {
+                array_id,
+                ..Fence::default()
+            },
+        )?;
+    Ok((Arc::new(remote), node))
 }
 
 /// Runs the benchmark and returns its report without printing.
@@ -640,6 +689,14 @@ fn describe(r: &DeviceBenchReport, args: &DeviceBenchArgs) -> String {
             "simulated SSD (default TLC model) in {} time",
             if r.virtual_time { "virtual" } else { "real" }
         ),
+    };
+    let on = if args.remote {
+        format!(
+            "{on}, through a node on loopback ({} thread(s))",
+            args.node_threads.max(1)
+        )
+    } else {
+        on
     };
     format!(
         "{:?} of {} B values over {} keys, qd {}, on the {on}\n  {} ops in {:.3} s{}: {:.0} IOPS, {:.1} MB/s\n  latency µs: p50 {:.1}  p99 {:.1}  p99.9 {:.1}  p99.99 {:.1}",

@@ -13,6 +13,7 @@ pub mod meter;
 pub mod mixed;
 pub mod plot;
 pub mod progress;
+pub mod remote;
 pub mod s3load;
 pub mod trace;
 pub mod volume_bench;

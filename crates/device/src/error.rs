@@ -89,6 +89,16 @@ pub enum DeviceError {
     /// A configuration that cannot work.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A mutation refused because its writer has been superseded: another array, an older
+    /// layout epoch, or a lower token for its shard than one the device's owner has admitted.
+    /// Nothing changed; not a fault of the device.
+    #[error("write refused: sent {sent}, but the device's owner holds {held}")]
+    Fenced {
+        /// The writer's credentials.
+        sent: crate::fence::Fence,
+        /// What the owner holds for that shard: the array, the newest epoch, the highest token.
+        held: crate::fence::Fence,
+    },
 }
 
 impl DeviceError {

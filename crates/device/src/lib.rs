@@ -24,9 +24,11 @@
 
 pub mod aligned;
 pub mod api;
+pub mod conformance;
 pub mod error;
 pub mod fasthash;
 pub mod faulty;
+pub mod fence;
 pub mod file;
 pub mod format;
 pub mod mem;
@@ -45,6 +47,7 @@ pub use api::{
 pub use bytes::Bytes;
 pub use error::{DeviceError, Result};
 pub use faulty::{FaultConfig, FaultyDevice};
+pub use fence::Fence;
 pub use file::{
     BulkReads, CompactionPolicy, FileConfig, FileDevice, FileLayout, RecoveryReport, SegmentExtent,
 };

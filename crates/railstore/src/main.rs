@@ -83,6 +83,9 @@ enum Command {
 enum BenchCommand {
     /// A fio-like load on one key-value device backend (mem, file or a simulated SSD).
     Device(Box<DeviceBenchArgs>),
+    /// A device against the same device through a node on loopback (gRPC): 1 MiB throughput
+    /// and the latency the node adds to 4 KiB reads.
+    Remote(Box<railstore_bench::remote::RemoteBenchArgs>),
     /// Validates the simulated SSD: random 4 KiB reads alone, then with 25 % random writes.
     SimSsd(SimValidationArgs),
     /// kvbench-style load on the reliability manager (KVMD): throughput against raw devices,
@@ -158,6 +161,7 @@ fn main() -> anyhow::Result<()> {
         Command::Sim(args) => sim_cmd::run(&args),
         Command::Bench { what } => match what {
             BenchCommand::Device(args) => railstore_bench::device::run(&args),
+            BenchCommand::Remote(args) => railstore_bench::remote::run(&args),
             BenchCommand::SimSsd(args) => railstore_bench::device::run_sim_validation(&args),
             BenchCommand::Kv(args) => railstore_bench::kv::run(&args),
             BenchCommand::Rebuild(args) => railstore_bench::kv::run_rebuild(&args),

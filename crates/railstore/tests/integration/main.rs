@@ -7,6 +7,7 @@ mod grow_cli;
 mod mixed_serve_cli;
 mod mttdl_cli;
 mod offline_after_crash;
+mod remote_bench_cli;
 mod repair_bench_cli;
 mod s3_bench_cli;
 mod scale_bench_cli;
