@@ -245,10 +245,11 @@ impl Interner {
     }
 
     fn intern(&self, text: &str) -> &'static str {
-        let text = match text.char_indices().nth(INTERNED_BYTES_MAX) {
-            Some((cut, _)) => &text[..cut],
-            None => text,
-        };
+        let mut cut = text.len().min(INTERNED_BYTES_MAX);
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let text = &text[..cut];
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(s) = seen.get(text) {
             return s;

@@ -9,12 +9,21 @@
 //! superseded owner that wakes up cannot overwrite its successor's data. With a file, the
 //! raised values are made durable before the newer writer is admitted, so a node restart does
 //! not readmit an old writer.
+//!
+//! The node takes a writer's word for which shard it writes: it does not know how keys map to
+//! shards. A writer must present, for each key, the fence of the shard that key belongs to (one
+//! `RemoteDevice::with_fence` handle per owned shard); a stale owner presenting another shard's
+//! valid fence would not be stopped here.
 
 use railstore_device::{DeviceError, Fence};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{OwnedRwLockReadGuard, RwLock};
+
+/// Shards a node keeps fences for: a bound on its memory and on its fence file, far above
+/// any cluster's shard count.
+pub const SHARDS_MAX: u32 = 1 << 16;
 
 /// The node's fencing state.
 pub struct FenceBook {
@@ -104,6 +113,12 @@ impl FenceBook {
     /// Admits a mutation from `sent`, raising the held values if it is newer; refuses it if
     /// another array's, or older than what is held.
     pub async fn admit(&self, sent: Fence) -> Result<Admitted, DeviceError> {
+        if sent.shard >= SHARDS_MAX {
+            return Err(DeviceError::Config(format!(
+                "shard {} out of range (a node keeps fences for shards below {SHARDS_MAX})",
+                sent.shard
+            )));
+        }
         let shard = self.shard(sent.shard);
         loop {
             let epoch = self.epoch.clone().read_owned().await;
@@ -234,6 +249,10 @@ mod tests {
         );
         // Another shard's tokens are its own.
         drop(book.admit(fence(1, 1, 3)).await.unwrap());
+        assert!(matches!(
+            book.admit(fence(1, SHARDS_MAX, 1)).await,
+            Err(DeviceError::Config(_))
+        ));
         // A newer epoch supersedes every older epoch's writer, whatever its token.
         drop(book.admit(fence(2, 1, 3)).await.unwrap());
         assert!(book.admit(fence(1, 0, 11)).await.is_err());

@@ -25,6 +25,12 @@ mod generated {
     include!(concat!(env!("OUT_DIR"), "/railstore.node.Node.rs"));
 }
 
+/// The generated gRPC client and server, for tools and tests that speak the protocol directly.
+pub mod rpc {
+    pub use crate::generated::node_client::NodeClient;
+    pub use crate::generated::node_server::{Node, NodeServer};
+}
+
 pub use fences::FenceBook;
 pub use loopback::LoopbackNode;
 pub use remote::{RemoteDevice, RemoteNode};

@@ -9,8 +9,8 @@
 use crate::errors::{from_status, NODE_CALL};
 use crate::generated::node_client::NodeClient;
 use crate::service::{
-    chunks, mode_code, CONNECTION_WINDOW_BYTES, FRAME_BYTES_MAX, MESSAGE_BYTES_MAX,
-    STREAM_WINDOW_BYTES,
+    chunks, message_bytes_for, mode_code, CONNECTION_WINDOW_BYTES, FRAME_BYTES_MAX,
+    KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MESSAGE_BYTES_MAX, STREAM_WINDOW_BYTES,
 };
 use crate::wire::*;
 use async_trait::async_trait;
@@ -23,6 +23,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use tonic::transport::{Channel, Endpoint};
 use tonic::Status;
+
+/// How long connecting to a node may take.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Connections a node is reached by, unless asked otherwise: a node's connection is read
 /// by one task, so two let a node on two cores take in two large values at once.
@@ -45,6 +48,8 @@ impl Connections {
 #[derive(Clone)]
 pub struct RemoteNode {
     connections: Arc<Connections>,
+    /// One queue gate per device, shared by every handle on it from this connection.
+    gates: Arc<Vec<Arc<QueueGate>>>,
     address: String,
     hello: Arc<HelloReply>,
 }
@@ -63,7 +68,14 @@ impl RemoteNode {
             .tcp_nodelay(true)
             .initial_stream_window_size(STREAM_WINDOW_BYTES)
             .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
-            .max_frame_size(FRAME_BYTES_MAX);
+            .max_frame_size(FRAME_BYTES_MAX)
+            .connect_timeout(CONNECT_TIMEOUT)
+            // A node that vanishes without closing its connections (power cut, partition)
+            // fails the calls in flight once pings go unanswered, instead of leaving them
+            // waiting forever with their queue slots held.
+            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+            .keep_alive_while_idle(true);
         let mut clients = Vec::new();
         for _ in 0..connections.max(1) {
             let channel = endpoint.connect().await.map_err(|e| {
@@ -91,8 +103,30 @@ impl RemoteNode {
             .await
             .map_err(|s| from_status(&s))?
             .into_inner();
+        // A value travels whole in an iteration's entry, so the message bound grows with the
+        // largest value a device takes.
+        let message_bytes_max = hello
+            .devices
+            .iter()
+            .filter_map(|d| d.limits)
+            .map(|l| message_bytes_for(l.value_bytes_max))
+            .fold(MESSAGE_BYTES_MAX, usize::max);
+        let connections = Arc::new(Connections {
+            clients: connections
+                .clients
+                .iter()
+                .map(|c| c.clone().max_decoding_message_size(message_bytes_max))
+                .collect(),
+            next: AtomicUsize::new(0),
+        });
+        let gates = hello
+            .devices
+            .iter()
+            .map(|d| Arc::new(QueueGate::new(d.queue_depth_max as usize)))
+            .collect();
         Ok(RemoteNode {
             connections,
+            gates: Arc::new(gates),
             address: address.to_string(),
             hello: Arc::new(hello),
         })
@@ -134,7 +168,7 @@ impl RemoteNode {
             connections: self.connections.clone(),
             index: index as u32,
             limits: limits_of(l),
-            gate: Arc::new(QueueGate::new(facts.queue_depth_max as usize)),
+            gate: self.gates[index].clone(),
             fence: Arc::new(RwLock::new(fence)),
             memory_bytes: Arc::new(AtomicU64::new(facts.memory_bytes)),
         })
@@ -258,11 +292,16 @@ impl Device for RemoteDevice {
         let mut value = first.data;
         while let Some(chunk) = stream.message().await.map_err(call_error)? {
             let w = whole.get_or_insert_with(|| {
-                let mut w =
-                    BytesMut::with_capacity(first.range_len.min(MESSAGE_BYTES_MAX as u64) as usize);
+                let mut w = BytesMut::with_capacity(CHUNK_BYTES.min(first.range_len as usize));
                 w.extend_from_slice(&value);
                 w
             });
+            if (w.len() + chunk.data.len()) as u64 > first.range_len {
+                return Err(broken(format!(
+                    "a retrieve returned more than its {} B range",
+                    first.range_len
+                )));
+            }
             w.extend_from_slice(&chunk.data);
         }
         if let Some(w) = whole {
@@ -336,22 +375,24 @@ impl Device for RemoteDevice {
             .await
             .map_err(call_error)?
             .into_inner();
+        // Read to the stream's end, as for a retrieve: the end carries the call's status.
         let mut entries = Vec::new();
+        let mut more = None;
         while let Some(chunk) = stream.message().await.map_err(call_error)? {
+            if more.is_some() {
+                return Err(broken("an iteration went on after its last batch".into()));
+            }
             entries.extend(chunk.entries.into_iter().map(|e| IterEntry {
                 key: e.key,
                 value: e.value,
             }));
             if chunk.last {
-                return Ok(IterBatch {
-                    entries,
-                    more: chunk.more,
-                });
+                more = Some(chunk.more);
             }
         }
-        Err(broken(
-            "an iteration's stream ended before its last batch".into(),
-        ))
+        let more =
+            more.ok_or_else(|| broken("an iteration's stream ended before its last batch".into()))?;
+        Ok(IterBatch { entries, more })
     }
 
     async fn info(&self) -> Result<DeviceInfo> {

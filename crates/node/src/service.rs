@@ -15,8 +15,25 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status, Streaming};
 
 /// The most bytes of one gRPC message either side accepts: a chunk, or an iteration entry
-/// whose value is whole. Far above [`CHUNK_BYTES`]; a bound, not an allocation.
+/// whose value is whole. Far above [`CHUNK_BYTES`]; a bound, not an allocation. Raised to
+/// [`message_bytes_for`] a device's value limit where that is more.
 pub const MESSAGE_BYTES_MAX: usize = 64 << 20;
+
+/// The message bound that lets a value of `value_bytes_max` travel whole with its key.
+pub(crate) fn message_bytes_for(value_bytes_max: u64) -> usize {
+    usize::try_from(value_bytes_max)
+        .unwrap_or(usize::MAX)
+        .saturating_add(1 << 20)
+}
+
+/// Streams one connection may have open at once (tonic leaves it unbounded); each holds at
+/// most a value being taken in.
+pub(crate) const STREAMS_MAX: u32 = 1024;
+
+/// HTTP/2 pings on an idle connection, and how long an unanswered one waits before the
+/// connection (and every call on it) is given up.
+pub(crate) const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+pub(crate) const KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// HTTP/2 flow-control windows: large enough that a 1 MiB value does not stall on window
 /// updates over a fast link (the 64 KiB default held loopback throughput to a fraction).
@@ -55,9 +72,14 @@ impl NodeService {
 
     /// The tonic service, with the node's message size bound.
     pub fn into_server(self) -> NodeServer<NodeService> {
+        let bytes_max = self
+            .devices
+            .iter()
+            .map(|e| message_bytes_for(e.device.limits().value_bytes_max as u64))
+            .fold(MESSAGE_BYTES_MAX, usize::max);
         NodeServer::new(self)
-            .max_decoding_message_size(MESSAGE_BYTES_MAX)
-            .max_encoding_message_size(MESSAGE_BYTES_MAX)
+            .max_decoding_message_size(bytes_max)
+            .max_encoding_message_size(bytes_max)
     }
 
     fn device(&self, index: u32) -> Result<&Arc<dyn Device>, Status> {
@@ -86,14 +108,18 @@ impl NodeService {
     }
 }
 
+/// A request the protocol does not allow, answered as a configuration error with its details,
+/// so that the caller sees a refused request, not a device fault.
+fn protocol(what: String) -> Status {
+    to_status(&DeviceError::Config(what))
+}
+
 fn mode(code: u32) -> Result<StoreMode, Status> {
     match code {
         0 => Ok(StoreMode::Upsert),
         1 => Ok(StoreMode::UpdateOnly),
         2 => Ok(StoreMode::InsertOnly),
-        other => Err(Status::invalid_argument(format!(
-            "unknown store mode {other}"
-        ))),
+        other => Err(protocol(format!("unknown store mode {other}"))),
     }
 }
 
@@ -144,7 +170,7 @@ impl Node for NodeService {
         let first = stream
             .message()
             .await?
-            .ok_or_else(|| Status::invalid_argument("a store without its first message"))?;
+            .ok_or_else(|| protocol("a store without its first message".into()))?;
         let dev = self.device(first.device)?;
         let mode = mode(first.mode)?;
         // Refuse what the device would refuse before taking in the rest of the value.
@@ -155,24 +181,32 @@ impl Node for NodeService {
                 max: limits.value_bytes_max,
             }));
         }
-        let value = if first.data.len() as u64 == first.value_len {
-            first.data
-        } else {
-            let mut value = BytesMut::with_capacity(first.value_len as usize);
-            value.extend_from_slice(&first.data);
-            while let Some(chunk) = stream.message().await? {
-                if value.len() + chunk.data.len() > first.value_len as usize {
-                    break;
-                }
-                value.extend_from_slice(&chunk.data);
+        // The buffer grows with what arrives, not with what was announced, so a writer that
+        // announces much and sends little holds little. Anything past the announced length is
+        // refused, not cut off.
+        let announced = first.value_len as usize;
+        let mut value = first.data;
+        let mut whole: Option<BytesMut> = None;
+        while let Some(chunk) = stream.message().await? {
+            let w = whole.get_or_insert_with(|| {
+                let mut w = BytesMut::with_capacity(announced.min(CHUNK_BYTES));
+                w.extend_from_slice(&value);
+                w
+            });
+            if w.len() + chunk.data.len() > announced {
+                return Err(protocol(format!(
+                    "a store's value ran past the {announced} B announced"
+                )));
             }
-            value.freeze()
-        };
-        if value.len() as u64 != first.value_len {
-            return Err(Status::invalid_argument(format!(
-                "a store's value arrived with {} B, not the {} B announced",
-                value.len(),
-                first.value_len
+            w.extend_from_slice(&chunk.data);
+        }
+        if let Some(w) = whole {
+            value = w.freeze();
+        }
+        if value.len() != announced {
+            return Err(protocol(format!(
+                "a store's value arrived with {} B, not the {announced} B announced",
+                value.len()
             )));
         }
         // Admitted only once the value is whole: the admission is held for the device
@@ -352,6 +386,9 @@ pub async fn serve(
         .initial_stream_window_size(STREAM_WINDOW_BYTES)
         .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
         .max_frame_size(FRAME_BYTES_MAX)
+        .max_concurrent_streams(STREAMS_MAX)
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .add_service(service.into_server())
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await

@@ -60,7 +60,8 @@ async fn device_errors_keep_their_variant_and_data() {
     }
 }
 
-/// Limits are checked before the network: a refused key or value never reaches the node.
+/// Limits are the device's, refused with the device's errors (the client checks a store's and a
+/// delete's before the network; the node would refuse them too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_are_the_devices_and_refused_at_once() {
     let inner = Arc::new(MemDevice::new(MemConfig::default()).unwrap());

@@ -5,5 +5,6 @@ mod conformance;
 mod errors;
 mod fencing;
 mod loopback;
+mod protocol;
 mod queue_depth;
 mod restart;

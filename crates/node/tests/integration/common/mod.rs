@@ -32,9 +32,7 @@ impl Node {
         fences: Arc<FenceBook>,
         address: Option<SocketAddr>,
     ) -> Node {
-        let listener = tokio::net::TcpListener::bind(address.unwrap_or(([127, 0, 0, 1], 0).into()))
-            .await
-            .expect("bind a loopback port");
+        let listener = bind(address.unwrap_or(([127, 0, 0, 1], 0).into())).await;
         let address = listener.local_addr().unwrap();
         let exported = devices
             .into_iter()
@@ -71,6 +69,21 @@ impl Drop for Node {
     fn drop(&mut self) {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
+        }
+    }
+}
+
+/// Binds `address`; a restarted node's port may take a moment to come free.
+async fn bind(address: SocketAddr) -> tokio::net::TcpListener {
+    let mut tries = 0;
+    loop {
+        match tokio::net::TcpListener::bind(address).await {
+            Ok(l) => return l,
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tries < 100 => {
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("bind {address}: {e}"),
         }
     }
 }
