@@ -19,12 +19,17 @@ use tonic::{Request, Response, Status, Streaming};
 /// [`message_bytes_for`] a device's value limit where that is more.
 pub const MESSAGE_BYTES_MAX: usize = 64 << 20;
 
-/// The message bound that lets a value of `value_bytes_max` travel whole with its key.
+/// The message bound that lets a value of `value_bytes_max` travel whole with its key, up to
+/// [`MESSAGE_BYTES_CEILING`] (a device reporting no real limit does not lift the bound).
 pub(crate) fn message_bytes_for(value_bytes_max: u64) -> usize {
     usize::try_from(value_bytes_max)
         .unwrap_or(usize::MAX)
         .saturating_add(1 << 20)
+        .min(MESSAGE_BYTES_CEILING)
 }
+
+/// The most any message may be: larger values cannot be iterated with their values.
+pub const MESSAGE_BYTES_CEILING: usize = 1 << 30;
 
 /// Streams one connection may have open at once (tonic leaves it unbounded); each holds at
 /// most a value being taken in.
@@ -70,16 +75,18 @@ impl NodeService {
         }
     }
 
-    /// The tonic service, with the node's message size bound.
+    /// The tonic service, with the node's message size bounds: what it takes in stays at
+    /// [`MESSAGE_BYTES_MAX`] (a store arrives in pieces of [`CHUNK_BYTES`]); what it sends may
+    /// carry a whole value (an iteration's entry).
     pub fn into_server(self) -> NodeServer<NodeService> {
-        let bytes_max = self
+        let sent_max = self
             .devices
             .iter()
             .map(|e| message_bytes_for(e.device.limits().value_bytes_max as u64))
             .fold(MESSAGE_BYTES_MAX, usize::max);
         NodeServer::new(self)
-            .max_decoding_message_size(bytes_max)
-            .max_encoding_message_size(bytes_max)
+            .max_decoding_message_size(MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(sent_max)
     }
 
     fn device(&self, index: u32) -> Result<&Arc<dyn Device>, Status> {
