@@ -14,7 +14,7 @@ use crate::service::{
 };
 use crate::wire::*;
 use async_trait::async_trait;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use railstore_device::{
     CompactStats, Device, DeviceError, DeviceInfo, Fence, IterBatch, IterEntry, IterRequest,
     Limits, QueueGate, ReadRange, Result, Retrieved, StoreMode,
@@ -76,9 +76,9 @@ impl RemoteNode {
             .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
             .keep_alive_timeout(KEEPALIVE_TIMEOUT)
             .keep_alive_while_idle(true);
-        let mut clients = Vec::new();
+        let mut channels = Vec::new();
         for _ in 0..connections.max(1) {
-            let channel = endpoint.connect().await.map_err(|e| {
+            channels.push(endpoint.connect().await.map_err(|e| {
                 DeviceError::io(
                     "connecting to a node",
                     std::io::Error::new(
@@ -86,37 +86,28 @@ impl RemoteNode {
                         format!("{address}: {e}"),
                     ),
                 )
-            })?;
-            clients.push(
-                NodeClient::new(channel)
-                    .max_decoding_message_size(MESSAGE_BYTES_MAX)
-                    .max_encoding_message_size(MESSAGE_BYTES_MAX),
-            );
+            })?);
         }
-        let connections = Arc::new(Connections {
-            clients,
-            next: AtomicUsize::new(0),
-        });
-        let hello = connections
-            .pick()
+        let client = |channel: &Channel, decoding_max: usize| {
+            NodeClient::new(channel.clone())
+                .max_decoding_message_size(decoding_max)
+                .max_encoding_message_size(MESSAGE_BYTES_MAX)
+        };
+        let hello = client(&channels[0], MESSAGE_BYTES_MAX)
             .hello(HelloRequest {})
             .await
             .map_err(|s| from_status(&s))?
             .into_inner();
-        // A value travels whole in an iteration's entry, so the message bound grows with the
-        // largest value a device takes.
-        let message_bytes_max = hello
+        // A value travels whole in an iteration's entry, so what the client takes in grows
+        // with the largest value a device takes.
+        let decoding_max = hello
             .devices
             .iter()
             .filter_map(|d| d.limits)
             .map(|l| message_bytes_for(l.value_bytes_max))
             .fold(MESSAGE_BYTES_MAX, usize::max);
         let connections = Arc::new(Connections {
-            clients: connections
-                .clients
-                .iter()
-                .map(|c| c.clone().max_decoding_message_size(message_bytes_max))
-                .collect(),
+            clients: channels.iter().map(|c| client(c, decoding_max)).collect(),
             next: AtomicUsize::new(0),
         });
         let gates = hello
@@ -288,32 +279,20 @@ impl Device for RemoteDevice {
         // Read to the stream's end even when the first chunk is the whole value: the end
         // carries the call's status, and a stream dropped early is reset, which the node
         // counts against the connection (enough resets and it refuses the connection).
-        let mut whole: Option<BytesMut> = None;
-        let mut value = first.data;
+        let expected = first.range_len as usize;
+        let mut value = Gather::new(first.data, expected);
         while let Some(chunk) = stream.message().await.map_err(call_error)? {
-            let w = whole.get_or_insert_with(|| {
-                let mut w = BytesMut::with_capacity(CHUNK_BYTES.min(first.range_len as usize));
-                w.extend_from_slice(&value);
-                w
-            });
-            if (w.len() + chunk.data.len()) as u64 > first.range_len {
+            if !value.push(&chunk.data) {
                 return Err(broken(format!(
-                    "a retrieve returned more than its {} B range",
-                    first.range_len
+                    "a retrieve returned more than its {expected} B range"
                 )));
             }
-            w.extend_from_slice(&chunk.data);
         }
-        if let Some(w) = whole {
-            value = w.freeze();
-        }
-        if value.len() as u64 != first.range_len {
-            return Err(broken(format!(
-                "a retrieve returned {} B of a {} B range",
-                value.len(),
-                first.range_len
-            )));
-        }
+        let value = value.finish().map_err(|got| {
+            broken(format!(
+                "a retrieve returned {got} B of a {expected} B range"
+            ))
+        })?;
         Ok(Retrieved {
             value,
             value_len: first.value_len,

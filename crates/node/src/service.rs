@@ -7,7 +7,7 @@ use crate::errors::to_status;
 use crate::fences::FenceBook;
 use crate::generated::node_server::{Node, NodeServer};
 use crate::wire::*;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures_util::Stream;
 use railstore_device::{Device, DeviceError, IterRequest, ReadRange, StoreMode};
 use std::pin::Pin;
@@ -192,30 +192,19 @@ impl Node for NodeService {
         // announces much and sends little holds little. Anything past the announced length is
         // refused, not cut off.
         let announced = first.value_len as usize;
-        let mut value = first.data;
-        let mut whole: Option<BytesMut> = None;
+        let mut value = Gather::new(first.data, announced);
         while let Some(chunk) = stream.message().await? {
-            let w = whole.get_or_insert_with(|| {
-                let mut w = BytesMut::with_capacity(announced.min(CHUNK_BYTES));
-                w.extend_from_slice(&value);
-                w
-            });
-            if w.len() + chunk.data.len() > announced {
+            if !value.push(&chunk.data) {
                 return Err(protocol(format!(
                     "a store's value ran past the {announced} B announced"
                 )));
             }
-            w.extend_from_slice(&chunk.data);
         }
-        if let Some(w) = whole {
-            value = w.freeze();
-        }
-        if value.len() != announced {
-            return Err(protocol(format!(
-                "a store's value arrived with {} B, not the {announced} B announced",
-                value.len()
-            )));
-        }
+        let value = value.finish().map_err(|got| {
+            protocol(format!(
+                "a store's value arrived with {got} B, not the {announced} B announced"
+            ))
+        })?;
         // Admitted only once the value is whole: the admission is held for the device
         // operation alone, never while a writer's bytes trickle in (a paused writer holding it
         // would hold back its successor's first write).

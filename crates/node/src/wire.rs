@@ -4,11 +4,57 @@
 //! Values travel in [`CHUNK_BYTES`] pieces: a store is a client stream whose first message
 //! carries the key, mode and fence; a retrieve or an iteration is a server stream.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 /// Most value bytes in one message: a value up to 1 MiB travels whole in one message (no
 /// reassembly copy); a larger one streams, so no message grows with the device's value limit.
 pub const CHUNK_BYTES: usize = 1 << 20;
+
+/// A value arriving in pieces, on either side: a first piece that is the whole value is kept as
+/// it came (no copy); otherwise the pieces are gathered into a buffer that grows with what
+/// arrives (not with what was announced) and never past the expected length.
+pub(crate) struct Gather {
+    expected: usize,
+    value: Bytes,
+    gathered: Option<BytesMut>,
+}
+
+impl Gather {
+    /// Starts with the first piece of a value of `expected` bytes.
+    pub(crate) fn new(first: Bytes, expected: usize) -> Gather {
+        Gather {
+            expected,
+            value: first,
+            gathered: None,
+        }
+    }
+
+    /// Adds the next piece; `false` (and nothing added) if it would run past the expected
+    /// length.
+    pub(crate) fn push(&mut self, piece: &[u8]) -> bool {
+        let (value, expected) = (&self.value, self.expected);
+        let g = self.gathered.get_or_insert_with(|| {
+            let mut g = BytesMut::with_capacity(expected.min(CHUNK_BYTES));
+            g.extend_from_slice(value);
+            g
+        });
+        if g.len() + piece.len() > expected {
+            return false;
+        }
+        g.extend_from_slice(piece);
+        true
+    }
+
+    /// The whole value, or how many bytes arrived if that is not the expected length.
+    pub(crate) fn finish(self) -> Result<Bytes, usize> {
+        let value = self.gathered.map_or(self.value, BytesMut::freeze);
+        if value.len() == self.expected {
+            Ok(value)
+        } else {
+            Err(value.len())
+        }
+    }
+}
 
 /// Who is writing, so that a node can refuse a writer that has been superseded: the array the
 /// devices belong to, the layout epoch the writer works under, and the writer's fencing token
