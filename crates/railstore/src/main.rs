@@ -1,6 +1,8 @@
 //! The `railstore` command line: picks devices and coders and runs the jobs.
 
 mod admin_cmd;
+mod cluster_cmd;
+mod cluster_node;
 mod grow_bench_cmd;
 mod grow_cmd;
 mod mixed_serve_cmd;
@@ -57,6 +59,11 @@ enum Command {
     Repair {
         #[command(subcommand)]
         what: admin_cmd::RepairCommand,
+    },
+    /// The cluster map in etcd: create it, add or remove members, show it (docs/cluster.md).
+    Cluster {
+        #[command(subcommand)]
+        what: cluster_cmd::ClusterCommand,
     },
     /// Block volumes of a running server, exported over NBD (admin API).
     Volume {
@@ -153,6 +160,7 @@ fn main() -> anyhow::Result<()> {
             grow_cmd::grow(&args)
         }
         Command::Drain(args) => grow_cmd::drain(&args),
+        Command::Cluster { what } => cluster_cmd::run(what),
         Command::Device { what } => admin_cmd::device(&what),
         Command::Repair { what } => admin_cmd::repair(&what),
         Command::Volume { what } => volume_cmd::run(&what),

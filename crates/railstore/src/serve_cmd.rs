@@ -37,6 +37,27 @@ pub struct ServeArgs {
     /// format; `railstore bench volume-trace --trace FILE` replays it).
     #[arg(long, value_name = "FILE")]
     pub nbd_trace: Option<PathBuf>,
+    /// Run as a node of a cluster (docs/cluster.md): `etcd://HOST:PORT[,HOST:PORT...][/NAME]`.
+    /// The first node creates the cluster map from its configuration; each node joins it and
+    /// exports its devices. S3 on the cluster comes with shard owners (not yet).
+    #[arg(long, value_name = "etcd://HOST:PORT[/NAME]", requires = "node")]
+    pub cluster: Option<railstore_cluster::ClusterUrl>,
+    /// This node's name in the cluster (with `--cluster`).
+    #[arg(long, requires = "cluster")]
+    pub node: Option<String>,
+    /// Where the node service (its devices, over gRPC) listens (with `--cluster`; default: the
+    /// listening address's port + 1).
+    #[arg(long, value_name = "HOST:PORT", requires = "cluster")]
+    pub node_listen: Option<SocketAddr>,
+    /// Seconds the node's live record outlives its last renewal in etcd (with `--cluster`):
+    /// how long a dead node takes to be seen as down.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 10,
+        requires = "cluster"
+    )]
+    pub lease_ttl: u64,
 }
 
 /// A future that resolves on Ctrl-C or SIGTERM. The handlers are in place when this returns
@@ -91,6 +112,22 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
     }
     if let Some(a) = args.nbd_listen {
         loaded.server.nbd_listen = Some(a);
+    }
+    if let (Some(url), Some(node)) = (&args.cluster, &args.node) {
+        let listen = args.node_listen.unwrap_or_else(|| {
+            let s3 = loaded.server.listen;
+            SocketAddr::new(s3.ip(), s3.port().wrapping_add(1))
+        });
+        if args.lease_ttl == 0 {
+            bail!("--lease-ttl must be at least 1 second");
+        }
+        let options = crate::cluster_node::NodeOptions {
+            url: url.clone(),
+            node: node.clone(),
+            listen,
+            lease_ttl: Duration::from_secs(args.lease_ttl),
+        };
+        return crate::cluster_node::serve(loaded, options, stop_signal);
     }
     let Loaded { store: cfg, server } = loaded;
     std::fs::create_dir_all(&cfg.data_dir)

@@ -1,5 +1,6 @@
 //! The crate's integration tests, one module per file, built and linked as one binary.
 
+mod cluster_cli;
 mod common;
 mod console;
 mod ec_bench_cli;

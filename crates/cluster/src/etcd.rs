@@ -1,0 +1,352 @@
+//! The map and the members' liveness in etcd.
+//!
+//! Under `/railstore/<cluster>/`:
+//! - `map`: the [`ClusterMap`] as JSON, created only where absent and changed only by a
+//!   transaction that compares its revision, so two nodes changing it at once cannot both win
+//!   (the loser reads the new map and tries again);
+//! - `live/<node>`: a running node's [`Live`] record, under a lease the node keeps alive; when
+//!   the node stops answering, etcd deletes it after the lease's TTL.
+//!
+//! Consensus is etcd's: railstore never decides anything two nodes could decide differently.
+
+use crate::clock::unix_ms;
+use crate::error::{ClusterError, Result};
+use crate::map::{check_name, ClusterMap, Member};
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::str::FromStr;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// A cluster's address: `etcd://HOST:PORT[,HOST:PORT...][/NAME]` (name `railstore` when none).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterUrl {
+    /// etcd's client endpoints, as `http://HOST:PORT`.
+    pub endpoints: Vec<String>,
+    /// The cluster's name.
+    pub name: String,
+}
+
+/// The cluster name when the URL gives none.
+pub const DEFAULT_CLUSTER_NAME: &str = "railstore";
+
+impl FromStr for ClusterUrl {
+    type Err = ClusterError;
+
+    fn from_str(s: &str) -> Result<ClusterUrl> {
+        let bad = |why: &str| {
+            ClusterError::Invalid(format!(
+                "cluster address {s:?}: {why} (expected etcd://HOST:PORT[,HOST:PORT...][/NAME])"
+            ))
+        };
+        let rest = s
+            .strip_prefix("etcd://")
+            .ok_or_else(|| bad("not etcd://"))?;
+        let (hosts, name) = match rest.split_once('/') {
+            Some((h, "")) => (h, DEFAULT_CLUSTER_NAME),
+            Some((h, n)) => (h, n),
+            None => (rest, DEFAULT_CLUSTER_NAME),
+        };
+        check_name("cluster", name)?;
+        let endpoints = hosts
+            .split(',')
+            .map(|h| {
+                let (host, port) = h
+                    .rsplit_once(':')
+                    .ok_or_else(|| bad("an endpoint without a port"))?;
+                if host.is_empty() || port.parse::<u16>().is_err() {
+                    return Err(bad("an endpoint is not HOST:PORT"));
+                }
+                Ok(format!("http://{h}"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ClusterUrl {
+            endpoints,
+            name: name.to_string(),
+        })
+    }
+}
+
+/// A running node, as its leased key says.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Live {
+    /// Where its node service listens.
+    pub address: String,
+    /// Its process id (for operators on the machine).
+    pub pid: u32,
+    /// When it registered (ms since the Unix epoch).
+    pub since_unix_ms: u64,
+    /// The lease that holds the key.
+    #[serde(default)]
+    pub lease: i64,
+}
+
+/// A connection to one cluster in etcd.
+#[derive(Clone)]
+pub struct Cluster {
+    client: Client,
+    name: String,
+}
+
+/// How long a call to etcd may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Cluster {
+    /// Connects to etcd (gives up after 5 s without an answer).
+    pub async fn connect(url: &ClusterUrl) -> Result<Cluster> {
+        let options = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(5))
+            .with_timeout(CALL_TIMEOUT);
+        let client = Client::connect(&url.endpoints, Some(options)).await?;
+        Ok(Cluster {
+            client,
+            name: url.name.clone(),
+        })
+    }
+
+    /// The cluster's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn prefix(&self) -> String {
+        format!("/railstore/{}/", self.name)
+    }
+
+    fn map_key(&self) -> String {
+        format!("{}map", self.prefix())
+    }
+
+    fn live_key(&self, node: &str) -> String {
+        format!("{}live/{node}", self.prefix())
+    }
+
+    /// The map and its revision, if the cluster exists.
+    pub async fn map(&mut self) -> Result<Option<(ClusterMap, i64)>> {
+        let got = self.client.get(self.map_key(), None).await?;
+        match got.kvs().first() {
+            None => Ok(None),
+            Some(kv) => Ok(Some((ClusterMap::decode(kv.value())?, kv.mod_revision()))),
+        }
+    }
+
+    /// The map; [`ClusterError::NoCluster`] when there is none.
+    pub async fn existing_map(&mut self) -> Result<(ClusterMap, i64)> {
+        self.map()
+            .await?
+            .ok_or_else(|| ClusterError::NoCluster(self.name.clone()))
+    }
+
+    /// Creates the cluster with `map` (checked first); [`ClusterError::Exists`] if it is there.
+    pub async fn init(&mut self, map: &ClusterMap) -> Result<()> {
+        if self.create(map).await? {
+            Ok(())
+        } else {
+            Err(ClusterError::Exists(self.name.clone()))
+        }
+    }
+
+    /// The existing map, or `map` created if there is none (the first node's way in).
+    pub async fn init_or_load(&mut self, map: &ClusterMap) -> Result<ClusterMap> {
+        if self.create(map).await? {
+            return Ok(map.clone());
+        }
+        Ok(self.existing_map().await?.0)
+    }
+
+    /// Creates `map` where no map is; false when one is.
+    async fn create(&mut self, map: &ClusterMap) -> Result<bool> {
+        if map.name != self.name {
+            return Err(ClusterError::Invalid(format!(
+                "a map of cluster {:?} under cluster {:?}",
+                map.name, self.name
+            )));
+        }
+        map.validate()?;
+        let key = self.map_key();
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key, map.encode(), None)]);
+        Ok(self.client.txn(txn).await?.succeeded())
+    }
+
+    /// Changes the map by `change` (run again on the newer map when another writer came
+    /// first); nothing is written when `change` fails or says nothing changed.
+    async fn update<T>(
+        &mut self,
+        mut change: impl FnMut(&mut ClusterMap) -> Result<(bool, T)>,
+    ) -> Result<(ClusterMap, T)> {
+        loop {
+            let (mut map, revision) = self.existing_map().await?;
+            let (changed, out) = change(&mut map)?;
+            if !changed {
+                return Ok((map, out));
+            }
+            let key = self.map_key();
+            let txn = Txn::new()
+                .when([Compare::mod_revision(
+                    key.clone(),
+                    CompareOp::Equal,
+                    revision,
+                )])
+                .and_then([TxnOp::put(key, map.encode(), None)]);
+            if self.client.txn(txn).await?.succeeded() {
+                return Ok((map, out));
+            }
+            tracing::debug!(cluster = %self.name, "the map changed under us; trying again");
+        }
+    }
+
+    /// Makes `name` a member (or updates its addresses); forms the first layout when it makes
+    /// enough members. The map after.
+    pub async fn join(&mut self, name: &str, member: Member) -> Result<ClusterMap> {
+        Ok(self
+            .update(|map| Ok((map.join(name, member.clone())?, ())))
+            .await?
+            .0)
+    }
+
+    /// Removes member `name` and its live record (refused while the layout holds its devices).
+    pub async fn leave(&mut self, name: &str) -> Result<ClusterMap> {
+        let (map, ()) = self
+            .update(|map| Ok((map.leave(name).map(|_| true)?, ())))
+            .await?;
+        self.client.delete(self.live_key(name), None).await?;
+        Ok(map)
+    }
+
+    /// The running nodes, by name.
+    pub async fn live(&mut self) -> Result<BTreeMap<String, Live>> {
+        let prefix = format!("{}live/", self.prefix());
+        let got = self
+            .client
+            .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
+            .await?;
+        let mut out = BTreeMap::new();
+        for kv in got.kvs() {
+            let node = String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned();
+            let mut live: Live = serde_json::from_slice(kv.value())
+                .map_err(|e| ClusterError::Corrupt(format!("live record of {node}: {e}")))?;
+            live.lease = kv.lease();
+            out.insert(node, live);
+        }
+        Ok(out)
+    }
+
+    /// Registers node `name` as running at `address` under a lease of `ttl`, kept alive in the
+    /// background until the [`Registration`] is revoked or dropped. Refused while another
+    /// process holds the name's live record.
+    pub async fn register(
+        &mut self,
+        name: &str,
+        address: &str,
+        ttl: Duration,
+    ) -> Result<Registration> {
+        check_name("node", name)?;
+        let ttl_s = ttl.as_secs().max(1) as i64;
+        let lease = self.client.lease_grant(ttl_s, None).await?.id();
+        let live = Live {
+            address: address.to_string(),
+            pid: std::process::id(),
+            since_unix_ms: unix_ms(),
+            lease,
+        };
+        let key = self.live_key(name);
+        let value = serde_json::to_string(&live).expect("a live record serialises");
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key,
+                value,
+                Some(PutOptions::new().with_lease(lease)),
+            )]);
+        if !self.client.txn(txn).await?.succeeded() {
+            let _ = self.client.lease_revoke(lease).await;
+            return Err(ClusterError::Refused(format!(
+                "node {name} is already running (its live record is held; a node that was killed holds it until its lease of {ttl_s} s runs out)"
+            )));
+        }
+        let (keeper, stream) = self.client.lease_keep_alive(lease).await?;
+        let (lost_tx, lost) = watch::channel(None);
+        let task = tokio::spawn(keep_alive(keeper, stream, ttl, lost_tx));
+        Ok(Registration {
+            client: self.client.clone(),
+            node: name.to_string(),
+            lease,
+            lost,
+            task,
+        })
+    }
+}
+
+/// Renews the lease three times per TTL; says why when it cannot.
+async fn keep_alive(
+    mut keeper: etcd_client::LeaseKeeper,
+    mut stream: etcd_client::LeaseKeepAliveStream,
+    ttl: Duration,
+    lost: watch::Sender<Option<String>>,
+) {
+    let every = (ttl / 3).max(Duration::from_millis(200));
+    let why = loop {
+        if let Err(e) = keeper.keep_alive().await {
+            break format!("renewing: {e}");
+        }
+        match tokio::time::timeout(ttl, stream.message()).await {
+            Ok(Ok(Some(answer))) if answer.ttl() > 0 => {}
+            Ok(Ok(Some(_))) => break "etcd says the lease has expired".to_string(),
+            Ok(Ok(None)) => break "etcd closed the renewal stream".to_string(),
+            Ok(Err(e)) => break format!("renewing: {e}"),
+            Err(_) => break format!("no renewal answered within the lease's {ttl:?}"),
+        }
+        tokio::time::sleep(every).await;
+    };
+    let _ = lost.send(Some(why));
+}
+
+/// A node's live record under a lease kept alive in the background.
+pub struct Registration {
+    client: Client,
+    node: String,
+    lease: i64,
+    lost: watch::Receiver<Option<String>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Registration {
+    /// The lease's id.
+    pub fn lease(&self) -> i64 {
+        self.lease
+    }
+
+    /// Resolves once the lease can no longer be kept: from then on the cluster may treat the
+    /// node as gone, so the node must stop serving.
+    pub async fn lost(&mut self) -> ClusterError {
+        let why = loop {
+            if let Some(why) = self.lost.borrow().clone() {
+                break why;
+            }
+            if self.lost.changed().await.is_err() {
+                break "the renewal task ended".to_string();
+            }
+        };
+        ClusterError::LeaseLost {
+            node: self.node.clone(),
+            why,
+        }
+    }
+
+    /// Stops renewing and revokes the lease, so the live record goes at once (a clean stop).
+    pub async fn revoke(mut self) -> Result<()> {
+        self.task.abort();
+        self.client.lease_revoke(self.lease).await?;
+        Ok(())
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        // Without a revoke the record stays until the TTL runs out, as after a crash.
+        self.task.abort();
+    }
+}

@@ -1,0 +1,187 @@
+//! `railstore serve --cluster URL --node NAME`: one node of a cluster. It creates the map when
+//! there is none (from its configuration: the embedded default without one), joins it as a
+//! member, exports its devices over gRPC (`railstore-node`), and keeps its live record under an
+//! etcd lease. A node that loses its lease stops: the cluster may already count its devices as
+//! failed, and a node comes back only through repair.
+
+use crate::cluster_cmd::{connect, map_from_config, NODES_TO_FORM};
+use crate::server_cmd::{keep_private, runtime, Loaded};
+use anyhow::{bail, Context, Result};
+use railstore_cluster::clock::unix_ms;
+use railstore_cluster::{ClusterUrl, Member, NodeIdentity};
+use railstore_device::{CompactionPolicy, Device, FileConfig, FileDevice};
+use railstore_node::{Exported, FenceBook, NodeService};
+use railstore_store::DeviceKind;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What `serve` passes in cluster mode.
+pub struct NodeOptions {
+    pub url: ClusterUrl,
+    pub node: String,
+    /// Where the node service listens.
+    pub listen: SocketAddr,
+    pub lease_ttl: Duration,
+}
+
+/// How often the node looks at the map to report changes (the layout forming).
+const MAP_POLL: Duration = Duration::from_secs(2);
+
+/// Runs the node until `stop()`'s future resolves (made inside the runtime: signal handlers
+/// need one) or its lease is lost.
+pub fn serve<F: std::future::Future<Output = ()>>(
+    loaded: Loaded,
+    options: NodeOptions,
+    stop: impl FnOnce() -> F,
+) -> Result<()> {
+    let cfg = loaded.store;
+    if cfg.devices.kind != DeviceKind::File || !cfg.devices.paths.is_empty() {
+        bail!("a cluster node exports file devices in its data folder ([devices] kind = \"file\", no paths)");
+    }
+    runtime()?.block_on(async move {
+        let stop = stop();
+        let mut cluster = connect(&options.url).await?;
+        let map = cluster
+            .init_or_load(&map_from_config(&options.url.name, &cfg, NODES_TO_FORM))
+            .await?;
+        if map.devices_per_node != cfg.devices.count {
+            bail!(
+                "cluster {} has {} devices per node; this node's configuration has {}",
+                map.name,
+                map.devices_per_node,
+                cfg.devices.count
+            );
+        }
+        // The folder belongs to one node of one cluster: another's is refused here, before
+        // any device is opened.
+        NodeIdentity {
+            cluster: map.name.clone(),
+            array_id: map.array_id,
+            node: options.node.clone(),
+        }
+        .claim(&cfg.data_dir)?;
+        keep_private(&cfg.data_dir);
+        let fences = Arc::new(
+            FenceBook::open(map.array_id, &cfg.data_dir.join("fences"))
+                .context("the node's fence file")?,
+        );
+        let listener = tokio::net::TcpListener::bind(options.listen)
+            .await
+            .with_context(|| format!("listening on {}", options.listen))?;
+        let address = listener.local_addr()?.to_string();
+        let mut files = Vec::new();
+        let mut exported = Vec::new();
+        for i in 0..cfg.devices.count {
+            let path = cfg.data_dir.join("devices").join(i.to_string());
+            let file = Arc::new(
+                FileDevice::open(
+                    &path,
+                    FileConfig {
+                        capacity_bytes: cfg.devices.capacity_bytes,
+                        direct_io: cfg.devices.direct_io,
+                        // Rails on the array's side asks for compaction while a device writes.
+                        compaction: if cfg.separation.is_some() {
+                            CompactionPolicy::Manual
+                        } else {
+                            FileConfig::default().compaction
+                        },
+                        ..FileConfig::default()
+                    },
+                )
+                .with_context(|| format!("device {i} at {}", path.display()))?,
+            );
+            files.push(file.clone());
+            exported.push(Exported {
+                name: i.to_string(),
+                device: file as Arc<dyn Device>,
+            });
+        }
+        let member = Member {
+            address: address.clone(),
+            s3: None,
+            devices: exported.iter().map(|e| e.name.clone()).collect(),
+            capacity_bytes: cfg.devices.capacity_bytes,
+            joined_unix_ms: unix_ms(),
+        };
+        let map = cluster.join(&options.node, member).await?;
+        let mut registration = cluster
+            .register(&options.node, &address, options.lease_ttl)
+            .await?;
+        let service = NodeService::new(options.node.clone(), exported, fences);
+        let (quit, quitting) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(railstore_node::serve(service, listener, async {
+            let _ = quitting.await;
+        }));
+        tracing::info!(
+            cluster = %map.name,
+            node = %options.node,
+            address = %address,
+            devices = cfg.devices.count,
+            "node serving its devices"
+        );
+        let mut formed = map.layout.is_some();
+        report_layout(&map, &options.node);
+        let watch = async {
+            loop {
+                tokio::time::sleep(MAP_POLL).await;
+                match cluster.map().await {
+                    Ok(Some((map, _))) if !formed && map.layout.is_some() => {
+                        formed = true;
+                        report_layout(&map, &options.node);
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "reading the cluster map"),
+                }
+            }
+        };
+        let outcome = tokio::select! {
+            _ = stop => Ok(()),
+            lost = registration.lost() => Err(anyhow::Error::new(lost)),
+            _ = watch => Ok(()),
+        };
+        let _ = quit.send(());
+        match server.await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "the node service"),
+            Err(e) => tracing::warn!(error = %e, "the node service's task"),
+            Ok(Ok(())) => {}
+        }
+        if outcome.is_ok() {
+            // A clean stop: the live record goes now, not when the lease runs out.
+            if let Err(e) = registration.revoke().await {
+                tracing::warn!(error = %e, "revoking the node's lease");
+            }
+        }
+        for f in files {
+            if let Err(e) = tokio::task::spawn_blocking(move || f.close_blocking()).await? {
+                tracing::warn!(error = %e, "closing a device");
+            }
+        }
+        tracing::info!(node = %options.node, "node stopped");
+        outcome
+    })
+}
+
+fn report_layout(map: &railstore_cluster::ClusterMap, node: &str) {
+    match &map.layout {
+        Some(l) => {
+            let mine = l.devices.iter().filter(|d| d.node == node).count();
+            tracing::info!(
+                epoch = l.epoch,
+                devices = l.devices.len(),
+                here = mine,
+                "cluster layout{}",
+                if mine == 0 {
+                    " (this node is a standby)"
+                } else {
+                    ""
+                }
+            );
+        }
+        None => tracing::info!(
+            members = map.members.len(),
+            needed = map.nodes_to_form,
+            "waiting for members before the first layout"
+        ),
+    }
+}
