@@ -7,7 +7,9 @@
 //! few colours as it can: the devices, node by node, fill the colours in turn, each colour's
 //! class (N / width devices) before the next, so a node of D devices spans at most
 //! ceil(D / class) + 1 colours. [`node_loss`] then checks the layout itself: for every group,
-//! node, mechanism of the policy and rotation, the pieces that sit on that node's devices.
+//! node, mechanism of the policy and rotation, the pieces that sit on that node's devices (for a
+//! packed object, whose set may use any colours of the group, the group's colours on the node,
+//! at most its k + m). Pieces are placed spread (`PieceOrder::Spread`), as every layout made now.
 
 use railstore_placement::{Layout, PieceOrder};
 use railstore_redundancy::Mechanism;
@@ -67,14 +69,18 @@ pub fn node_loss(layout: &Layout, node_of: &[usize], mechanisms: &[Mechanism]) -
         let owner: Vec<usize> = layout.group(g).map(|d| node_of[d]).collect();
         for node in 0..nodes {
             for &mech in mechanisms {
-                let pieces = mech.width().min(width);
+                // The positions an object depends on: its pieces, or for a packed object the
+                // whole group (its set's members and parity may sit on any of the group's
+                // colours), of which it loses at most its k + m.
+                let span = mech.span(width);
                 let most = (0..width)
                     .map(|rotation| {
-                        (0..pieces)
+                        (0..span)
                             .filter(|&i| {
-                                owner[(order.shard(i, pieces, width) + rotation) % width] == node
+                                owner[(order.shard(i, span, width) + rotation) % width] == node
                             })
                             .count()
+                            .min(mech.width())
                     })
                     .max()
                     .unwrap_or(0);
@@ -155,7 +161,7 @@ mod tests {
     }
 
     #[test]
-    fn the_embedded_policy_survives_any_one_node_of_three_or_four() {
+    fn the_embedded_policy_survives_any_one_node_of_two_to_five() {
         let policy = mechs(&["rep3", "pack3+3", "split3+3"]);
         for nodes in [2, 3, 4, 5] {
             let positions = arrange(nodes, 6, 6);
@@ -179,6 +185,20 @@ mod tests {
         .unwrap();
         assert!(!loss.within(), "{loss:?}");
         assert_eq!(loss.pieces, 3);
+    }
+
+    #[test]
+    fn a_packed_object_counts_its_whole_group() {
+        // pack2+1 in groups of 6 over three nodes: each node has two colours of every group,
+        // and a set's two members may both sit on them, so a node's loss can take two pieces
+        // of a set that survives one.
+        let positions = arrange(3, 6, 6);
+        let l = layout(18, 6, 3);
+        let loss = node_loss(&l, &node_of(&positions), &mechs(&["pack2+1"])).unwrap();
+        assert_eq!((loss.pieces, loss.tolerance, loss.within()), (2, 1, false));
+        // split2+1 places its three pieces spread (colours r, r+2, r+4): one per node.
+        let loss = node_loss(&l, &node_of(&positions), &mechs(&["split2+1"])).unwrap();
+        assert!(loss.within(), "{loss:?}");
     }
 
     #[test]

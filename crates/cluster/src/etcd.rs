@@ -16,7 +16,7 @@ use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOpt
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::str::FromStr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// A cluster's address: `etcd://HOST:PORT[,HOST:PORT...][/NAME]` (name `railstore` when none).
@@ -110,7 +110,7 @@ impl Cluster {
         &self.name
     }
 
-    fn prefix(&self) -> String {
+    pub(crate) fn prefix(&self) -> String {
         format!("/railstore/{}/", self.name)
     }
 
@@ -207,24 +207,80 @@ impl Cluster {
             .0)
     }
 
-    /// Removes member `name` and its live record (refused while the layout holds its devices).
+    /// Removes member `name` (refused while the layout holds its devices, or while a process
+    /// runs as it).
     pub async fn leave(&mut self, name: &str) -> Result<ClusterMap> {
-        let (map, ()) = self
-            .update(|map| Ok((map.leave(name).map(|_| true)?, ())))
+        loop {
+            let (mut map, revision) = self.existing_map().await?;
+            map.leave(name)?;
+            // Only while no process runs as the node: it would go on serving a name that is
+            // no member, and another process could take the name.
+            let key = self.map_key();
+            let txn = Txn::new()
+                .when([
+                    Compare::mod_revision(key.clone(), CompareOp::Equal, revision),
+                    Compare::create_revision(self.live_key(name), CompareOp::Equal, 0),
+                ])
+                .and_then([TxnOp::put(key, map.encode(), None)]);
+            if self.client.txn(txn).await?.succeeded() {
+                return Ok(map);
+            }
+            if self.live().await?.contains_key(name) {
+                return Err(ClusterError::Refused(format!(
+                    "node {name} is running: stop it before it leaves"
+                )));
+            }
+        }
+    }
+
+    /// Every key under `prefix`.
+    pub(crate) async fn get_prefix(&mut self, prefix: &str) -> Result<Vec<etcd_client::KeyValue>> {
+        let mut got = self
+            .client
+            .get(prefix, Some(GetOptions::new().with_prefix()))
             .await?;
-        self.client.delete(self.live_key(name), None).await?;
-        Ok(map)
+        Ok(got.take_kvs())
+    }
+
+    /// Puts `value` at `key` (under `lease`, if any) only where no such key is: the revision
+    /// that created it, or `None` when the key was there.
+    pub(crate) async fn put_if_absent(
+        &mut self,
+        key: String,
+        value: String,
+        lease: Option<i64>,
+    ) -> Result<Option<i64>> {
+        let options = lease.map(|l| PutOptions::new().with_lease(l));
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key, value, options)]);
+        let done = self.client.txn(txn).await?;
+        Ok(done
+            .succeeded()
+            .then(|| done.header().map_or(0, |h| h.revision())))
+    }
+
+    /// Deletes `key` if the revision that created it is `revision`; whether it did.
+    pub(crate) async fn delete_if_created_at(
+        &mut self,
+        key: String,
+        revision: i64,
+    ) -> Result<bool> {
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                key.clone(),
+                CompareOp::Equal,
+                revision,
+            )])
+            .and_then([TxnOp::delete(key, None)]);
+        Ok(self.client.txn(txn).await?.succeeded())
     }
 
     /// The running nodes, by name.
     pub async fn live(&mut self) -> Result<BTreeMap<String, Live>> {
         let prefix = format!("{}live/", self.prefix());
-        let got = self
-            .client
-            .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
-            .await?;
         let mut out = BTreeMap::new();
-        for kv in got.kvs() {
+        for kv in self.get_prefix(&prefix).await? {
             let node = String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned();
             let mut live: Live = serde_json::from_slice(kv.value())
                 .map_err(|e| ClusterError::Corrupt(format!("live record of {node}: {e}")))?;
@@ -234,9 +290,10 @@ impl Cluster {
         Ok(out)
     }
 
-    /// Registers node `name` as running at `address` under a lease of `ttl`, kept alive in the
-    /// background until the [`Registration`] is revoked or dropped. Refused while another
-    /// process holds the name's live record.
+    /// Registers node `name` as running at `address` under a lease of `ttl` (etcd may grant
+    /// more: it raises short leases to its minimum), kept alive in the background until the
+    /// [`Registration`] is revoked or dropped. Refused while another process holds the name's
+    /// live record.
     pub async fn register(
         &mut self,
         name: &str,
@@ -244,62 +301,109 @@ impl Cluster {
         ttl: Duration,
     ) -> Result<Registration> {
         check_name("node", name)?;
-        let ttl_s = ttl.as_secs().max(1) as i64;
-        let lease = self.client.lease_grant(ttl_s, None).await?.id();
+        let sent = Instant::now();
+        let grant = self
+            .client
+            .lease_grant(ttl.as_secs().max(1) as i64, None)
+            .await?;
+        let (lease, granted) = (grant.id(), Duration::from_secs(grant.ttl().max(1) as u64));
         let live = Live {
             address: address.to_string(),
             pid: std::process::id(),
             since_unix_ms: unix_ms(),
             lease,
         };
-        let key = self.live_key(name);
         let value = serde_json::to_string(&live).expect("a live record serialises");
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key,
-                value,
-                Some(PutOptions::new().with_lease(lease)),
-            )]);
-        if !self.client.txn(txn).await?.succeeded() {
+        if self
+            .put_if_absent(self.live_key(name), value, Some(lease))
+            .await?
+            .is_none()
+        {
             let _ = self.client.lease_revoke(lease).await;
             return Err(ClusterError::Refused(format!(
-                "node {name} is already running (its live record is held; a node that was killed holds it until its lease of {ttl_s} s runs out)"
+                "node {name} is already running (its live record is held; a node that was killed holds it until its lease of {} s runs out)",
+                granted.as_secs()
             )));
         }
-        let (keeper, stream) = self.client.lease_keep_alive(lease).await?;
         let (lost_tx, lost) = watch::channel(None);
-        let task = tokio::spawn(keep_alive(keeper, stream, ttl, lost_tx));
+        let task = tokio::spawn(keep_alive(
+            self.client.clone(),
+            lease,
+            sent + granted,
+            granted,
+            lost_tx,
+        ));
         Ok(Registration {
             client: self.client.clone(),
             node: name.to_string(),
             lease,
+            ttl: granted,
             lost,
             task,
         })
     }
 }
 
-/// Renews the lease three times per TTL; says why when it cannot.
+type Renewals = (etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream);
+
+/// One renewal: the TTL etcd answers (0 once the lease has expired), or `None` when the
+/// stream ended. Opens the renewal stream first where there is none.
+async fn renew(
+    client: &mut Client,
+    lease: i64,
+    renewals: &mut Option<Renewals>,
+) -> std::result::Result<Option<i64>, etcd_client::Error> {
+    if renewals.is_none() {
+        *renewals = Some(client.lease_keep_alive(lease).await?);
+    }
+    let (keeper, stream) = renewals.as_mut().expect("opened above");
+    keeper.keep_alive().await?;
+    Ok(stream.message().await?.map(|answer| answer.ttl()))
+}
+
+/// Renews the lease three times per TTL. A broken renewal stream (etcd restarting, a leader
+/// change, a reset connection) is opened again, for as long as the lease is sure to be alive:
+/// until the last answered renewal's send time plus the TTL it answered, less a margin. Past
+/// that, or when etcd says the lease has expired, it says why.
 async fn keep_alive(
-    mut keeper: etcd_client::LeaseKeeper,
-    mut stream: etcd_client::LeaseKeepAliveStream,
+    mut client: Client,
+    lease: i64,
+    mut alive_until: Instant,
     ttl: Duration,
     lost: watch::Sender<Option<String>>,
 ) {
     let every = (ttl / 3).max(Duration::from_millis(200));
+    let margin = (ttl / 10).min(Duration::from_millis(500));
+    let mut renewals = None;
     let why = loop {
-        if let Err(e) = keeper.keep_alive().await {
-            break format!("renewing: {e}");
+        let give_up = alive_until - margin;
+        let sent = Instant::now();
+        if sent >= give_up {
+            break format!(
+                "no renewal answered before the lease's end ({} s TTL)",
+                ttl.as_secs()
+            );
         }
-        match tokio::time::timeout(ttl, stream.message()).await {
-            Ok(Ok(Some(answer))) if answer.ttl() > 0 => {}
+        match tokio::time::timeout_at(give_up.into(), renew(&mut client, lease, &mut renewals))
+            .await
+        {
+            Ok(Ok(Some(left))) if left > 0 => {
+                alive_until = sent + Duration::from_secs(left as u64);
+                tokio::time::sleep(every).await;
+            }
             Ok(Ok(Some(_))) => break "etcd says the lease has expired".to_string(),
-            Ok(Ok(None)) => break "etcd closed the renewal stream".to_string(),
-            Ok(Err(e)) => break format!("renewing: {e}"),
-            Err(_) => break format!("no renewal answered within the lease's {ttl:?}"),
+            Ok(Ok(None)) | Ok(Err(_)) => {
+                // Open a new stream and try again, while the lease surely lives.
+                renewals = None;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(_) => {
+                break format!(
+                    "no renewal answered before the lease's end ({} s TTL)",
+                    ttl.as_secs()
+                )
+            }
         }
-        tokio::time::sleep(every).await;
     };
     let _ = lost.send(Some(why));
 }
@@ -309,6 +413,7 @@ pub struct Registration {
     client: Client,
     node: String,
     lease: i64,
+    ttl: Duration,
     lost: watch::Receiver<Option<String>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -317,6 +422,11 @@ impl Registration {
     /// The lease's id.
     pub fn lease(&self) -> i64 {
         self.lease
+    }
+
+    /// The TTL etcd granted.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
     }
 
     /// Resolves once the lease can no longer be kept: from then on the cluster may treat the

@@ -22,16 +22,27 @@ pub struct NodeIdentity {
 }
 
 impl NodeIdentity {
+    /// The identity `dir` has, if any.
+    pub fn read(dir: &Path) -> Result<Option<NodeIdentity>> {
+        let path = dir.join(IDENTITY_FILE);
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+                ClusterError::Invalid(format!("{}: not a node identity: {e}", path.display()))
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(ClusterError::Invalid(format!(
+                "reading {}: {e}",
+                path.display()
+            ))),
+        }
+    }
+
     /// Claims `dir` for this identity: accepted when its `node.json` says the same; written
     /// (durably) when the folder is new; refused when it names another node or cluster, or
     /// when the folder holds devices or a standalone store without one.
     pub fn claim(&self, dir: &Path) -> Result<()> {
-        let path = dir.join(IDENTITY_FILE);
-        match std::fs::read(&path) {
-            Ok(bytes) => {
-                let found: NodeIdentity = serde_json::from_slice(&bytes).map_err(|e| {
-                    ClusterError::Invalid(format!("{}: not a node identity: {e}", path.display()))
-                })?;
+        match NodeIdentity::read(dir)? {
+            Some(found) => {
                 if &found != self {
                     return Err(ClusterError::Refused(format!(
                         "{} belongs to node {} of cluster {} (array {:016x}), not node {} of cluster {} (array {:016x})",
@@ -41,7 +52,7 @@ impl NodeIdentity {
                 }
                 Ok(())
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            None => {
                 for used in ["devices", "array.json"] {
                     if dir.join(used).exists() {
                         return Err(ClusterError::Refused(format!(
@@ -52,10 +63,6 @@ impl NodeIdentity {
                 }
                 self.write(dir)
             }
-            Err(e) => Err(ClusterError::Invalid(format!(
-                "reading {}: {e}",
-                path.display()
-            ))),
         }
     }
 

@@ -9,6 +9,8 @@
 //! - [`clock`]: frames counted from the map's origin on each node's clock;
 //! - [`etcd`]: the map and the live records in etcd;
 //! - [`identity`]: which node of which cluster a data folder belongs to;
+//! - [`shards`]: the key space's shards and their owners, whose fencing tokens are etcd
+//!   revisions;
 //! - [`status`]: what `railstore cluster status` shows;
 //! - [`testing`]: a throwaway etcd process for tests and benchmarks.
 
@@ -20,6 +22,7 @@ pub mod error;
 pub mod etcd;
 pub mod identity;
 pub mod map;
+pub mod shards;
 pub mod status;
 pub mod testing;
 
@@ -28,4 +31,5 @@ pub use error::{ClusterError, Result};
 pub use etcd::{Cluster, ClusterUrl, Live, Registration};
 pub use identity::NodeIdentity;
 pub use map::{ClusterLayout, ClusterMap, DeviceRef, Member, PolicySpec, MAP_FORMAT};
+pub use shards::{keep_shards, shard_of, Owner};
 pub use status::ClusterStatus;

@@ -16,6 +16,10 @@ pub const MAP_FORMAT: u32 = 1;
 /// Longest node or cluster name.
 pub const NAME_BYTES_MAX: usize = 63;
 
+fn shards_default() -> u32 {
+    crate::shards::SHARDS_DEFAULT
+}
+
 /// Everything the nodes must agree on.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ClusterMap {
@@ -37,6 +41,9 @@ pub struct ClusterMap {
     pub devices_per_node: usize,
     /// The first layout forms once this many nodes are members.
     pub nodes_to_form: usize,
+    /// Shards of the key space, each with one owner at a time (`shards.rs`).
+    #[serde(default = "shards_default")]
+    pub shards: u32,
     /// The rails frame clock.
     pub clock: FrameClock,
     /// Nodes that joined, by name. Membership is durable; liveness is a leased key beside the map.
@@ -156,6 +163,13 @@ impl ClusterMap {
         }
         if self.devices_per_node == 0 || self.nodes_to_form == 0 || self.rounds == 0 {
             return bad("devices per node, nodes and rounds must be at least 1".into());
+        }
+        if !(1..=crate::shards::SHARDS_MAX).contains(&self.shards) {
+            return bad(format!(
+                "{} shards: a cluster has 1 to {}",
+                self.shards,
+                crate::shards::SHARDS_MAX
+            ));
         }
         if self.clock.schedule(self.width).is_none() {
             return bad(format!(
@@ -348,4 +362,52 @@ fn node_of(positions: &[Vec<usize>]) -> Vec<usize> {
         }
     }
     out
+}
+
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use super::*;
+    use crate::clock::FrameClock;
+
+    /// A map of the embedded default's shape, three nodes to form.
+    pub fn small_map() -> ClusterMap {
+        ClusterMap {
+            format: MAP_FORMAT,
+            name: "t".into(),
+            array_id: 1,
+            policy: PolicySpec {
+                rules: vec![(4096, "rep3".into())],
+                rest: "split3+3".into(),
+            },
+            width: 6,
+            rounds: 4,
+            seed: 9,
+            devices_per_node: 6,
+            nodes_to_form: 3,
+            shards: crate::shards::SHARDS_DEFAULT,
+            clock: FrameClock {
+                origin_unix_ms: 0,
+                frame_ms: 2000,
+                guard_ms: 50,
+                window: 3,
+            },
+            members: BTreeMap::new(),
+            layout: None,
+        }
+    }
+
+    #[test]
+    fn a_small_map_is_valid_and_bad_shard_counts_are_not() {
+        small_map().validate().unwrap();
+        for shards in [0, crate::shards::SHARDS_MAX + 1] {
+            let map = ClusterMap {
+                shards,
+                ..small_map()
+            };
+            assert!(
+                matches!(map.validate(), Err(ClusterError::Invalid(_))),
+                "{shards}"
+            );
+        }
+    }
 }

@@ -5,6 +5,7 @@ use crate::clock::{unix_ms, FrameNow};
 use crate::error::Result;
 use crate::etcd::{Cluster, Live};
 use crate::map::ClusterMap;
+use crate::shards::Owner;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -24,6 +25,8 @@ pub struct ClusterStatus {
     pub frame: Option<Frame>,
     /// The worst loss of one node in the layout.
     pub node_loss: Option<Loss>,
+    /// Each owned shard's owner and fencing token.
+    pub owners: BTreeMap<u32, Owner>,
 }
 
 /// The frame clock at one moment.
@@ -67,6 +70,7 @@ impl ClusterStatus {
     pub async fn read(cluster: &mut Cluster) -> Result<ClusterStatus> {
         let (map, map_revision) = cluster.existing_map().await?;
         let live = cluster.live().await?;
+        let owners = cluster.owners().await?;
         let in_layout: Vec<String> = match &map.layout {
             None => Vec::new(),
             Some(l) => {
@@ -102,6 +106,7 @@ impl ClusterStatus {
             down,
             frame,
             node_loss,
+            owners,
         })
     }
 
@@ -143,9 +148,10 @@ impl ClusterStatus {
                 .layout
                 .as_ref()
                 .is_some_and(|l| l.devices.iter().any(|d| &d.node == name));
+            let shards = self.owners.values().filter(|o| &o.node == name).count();
             let _ = writeln!(
                 s,
-                "  {name:<16} {:<22} {:<28} {} devices{}",
+                "  {name:<16} {:<22} {:<28} {} devices, {shards} shards{}",
                 member.address,
                 state,
                 member.devices.len(),
@@ -156,6 +162,7 @@ impl ClusterStatus {
                 }
             );
         }
+        let _ = writeln!(s, "shards: {} of {} owned", self.owners.len(), m.shards);
         match &m.layout {
             None => {
                 let _ = writeln!(

@@ -114,6 +114,7 @@ pub fn map_from_config(name: &str, cfg: &StoreConfig, nodes_to_form: usize) -> C
         seed: cfg.manager.layout_seed,
         devices_per_node: cfg.devices.count,
         nodes_to_form,
+        shards: railstore_cluster::shards::SHARDS_DEFAULT,
         clock: FrameClock {
             origin_unix_ms: unix_ms(),
             frame_ms: frame.as_millis() as u64,

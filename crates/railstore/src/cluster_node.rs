@@ -1,7 +1,7 @@
 //! `railstore serve --cluster URL --node NAME`: one node of a cluster. It creates the map when
 //! there is none (from its configuration: the embedded default without one), joins it as a
-//! member, exports its devices over gRPC (`railstore-node`), and keeps its live record under an
-//! etcd lease. A node that loses its lease stops: the cluster may already count its devices as
+//! member, exports its devices over gRPC (`railstore-node`), keeps its live record under an
+//! etcd lease, and holds its share of the key space's shards under the same lease. A node that loses its lease stops: the cluster may already count its devices as
 //! failed, and a node comes back only through repair.
 
 use crate::cluster_cmd::{connect, map_from_config, NODES_TO_FORM};
@@ -28,6 +28,10 @@ pub struct NodeOptions {
 /// How often the node looks at the map to report changes (the layout forming).
 const MAP_POLL: Duration = Duration::from_secs(2);
 
+/// How often the node claims or lets go of shards: a dead owner's shards are taken over within
+/// its lease's TTL and this.
+const SHARD_PERIOD: Duration = Duration::from_secs(1);
+
 /// Runs the node until `stop()`'s future resolves (made inside the runtime: signal handlers
 /// need one) or its lease is lost.
 pub fn serve<F: std::future::Future<Output = ()>>(
@@ -38,6 +42,20 @@ pub fn serve<F: std::future::Future<Output = ()>>(
     let cfg = loaded.store;
     if cfg.devices.kind != DeviceKind::File || !cfg.devices.paths.is_empty() {
         bail!("a cluster node exports file devices in its data folder ([devices] kind = \"file\", no paths)");
+    }
+    // A folder of another node or cluster is refused before anything is asked of etcd (a
+    // mistyped cluster name must not create a map).
+    if let Some(found) = NodeIdentity::read(&cfg.data_dir)? {
+        if found.cluster != options.url.name || found.node != options.node {
+            bail!(
+                "{} belongs to node {} of cluster {}, not node {} of cluster {}",
+                cfg.data_dir.display(),
+                found.node,
+                found.cluster,
+                options.node,
+                options.url.name
+            );
+        }
     }
     runtime()?.block_on(async move {
         let stop = stop();
@@ -53,8 +71,8 @@ pub fn serve<F: std::future::Future<Output = ()>>(
                 cfg.devices.count
             );
         }
-        // The folder belongs to one node of one cluster: another's is refused here, before
-        // any device is opened.
+        // The folder belongs to one node of one array: checked (or written) before any device
+        // is opened.
         NodeIdentity {
             cluster: map.name.clone(),
             array_id: map.array_id,
@@ -70,47 +88,22 @@ pub fn serve<F: std::future::Future<Output = ()>>(
             .await
             .with_context(|| format!("listening on {}", options.listen))?;
         let address = listener.local_addr()?.to_string();
-        let mut files = Vec::new();
-        let mut exported = Vec::new();
-        for i in 0..cfg.devices.count {
-            let path = cfg.data_dir.join("devices").join(i.to_string());
-            let file = Arc::new(
-                FileDevice::open(
-                    &path,
-                    FileConfig {
-                        capacity_bytes: cfg.devices.capacity_bytes,
-                        direct_io: cfg.devices.direct_io,
-                        // Rails on the array's side asks for compaction while a device writes.
-                        compaction: if cfg.separation.is_some() {
-                            CompactionPolicy::Manual
-                        } else {
-                            FileConfig::default().compaction
-                        },
-                        ..FileConfig::default()
-                    },
-                )
-                .with_context(|| format!("device {i} at {}", path.display()))?,
-            );
-            files.push(file.clone());
-            exported.push(Exported {
-                name: i.to_string(),
-                device: file as Arc<dyn Device>,
-            });
-        }
-        let member = Member {
-            address: address.clone(),
-            s3: None,
-            devices: exported.iter().map(|e| e.name.clone()).collect(),
-            capacity_bytes: cfg.devices.capacity_bytes,
-            joined_unix_ms: unix_ms(),
-        };
-        let map = cluster.join(&options.node, member).await?;
+        // The live record first: a second process under the same name is refused here, before
+        // it opens devices or changes the member's address.
         let mut registration = cluster
             .register(&options.node, &address, options.lease_ttl)
             .await?;
+        let (files, exported, map) =
+            match open_and_join(&mut cluster, &cfg, &options, &address).await {
+                Ok(started) => started,
+                Err(e) => {
+                    let _ = registration.revoke().await;
+                    return Err(e);
+                }
+            };
         let service = NodeService::new(options.node.clone(), exported, fences);
         let (quit, quitting) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(railstore_node::serve(service, listener, async {
+        let mut server = tokio::spawn(railstore_node::serve(service, listener, async {
             let _ = quitting.await;
         }));
         tracing::info!(
@@ -118,8 +111,30 @@ pub fn serve<F: std::future::Future<Output = ()>>(
             node = %options.node,
             address = %address,
             devices = cfg.devices.count,
+            lease_ttl_s = registration.ttl().as_secs(),
             "node serving its devices"
         );
+        // Shard ownership under the same lease as the live record: a node that dies lets go
+        // of its shards when the lease runs out, and survivors take them over.
+        let (owned_tx, mut owned) = tokio::sync::watch::channel(Default::default());
+        let keeper = tokio::spawn(railstore_cluster::keep_shards(
+            cluster.clone(),
+            options.node.clone(),
+            registration.lease(),
+            SHARD_PERIOD,
+            owned_tx,
+        ));
+        let shards_reported = async {
+            while owned.changed().await.is_ok() {
+                let held = owned.borrow_and_update().clone();
+                tracing::info!(
+                    shards = held.len(),
+                    newest_token = held.values().max().copied().unwrap_or(0),
+                    "shards owned"
+                );
+            }
+            std::future::pending::<()>().await
+        };
         let mut formed = map.layout.is_some();
         report_layout(&map, &options.node);
         let watch = async {
@@ -135,20 +150,34 @@ pub fn serve<F: std::future::Future<Output = ()>>(
                 }
             }
         };
+        let mut server_ended = false;
         let outcome = tokio::select! {
             _ = stop => Ok(()),
             lost = registration.lost() => Err(anyhow::Error::new(lost)),
             _ = watch => Ok(()),
+            _ = shards_reported => Ok(()),
+            ended = &mut server => {
+                server_ended = true;
+                Err(match ended {
+                    Ok(Ok(())) => anyhow::anyhow!("the node service stopped"),
+                    Ok(Err(e)) => anyhow::Error::new(e).context("the node service"),
+                    Err(e) => anyhow::Error::new(e).context("the node service's task"),
+                })
+            }
         };
+        keeper.abort();
         let _ = quit.send(());
-        match server.await {
-            Ok(Err(e)) => tracing::warn!(error = %e, "the node service"),
-            Err(e) => tracing::warn!(error = %e, "the node service's task"),
-            Ok(Ok(())) => {}
+        if !server_ended {
+            match server.await {
+                Ok(Err(e)) => tracing::warn!(error = %e, "the node service"),
+                Err(e) => tracing::warn!(error = %e, "the node service's task"),
+                Ok(Ok(())) => {}
+            }
         }
-        if outcome.is_ok() {
-            // A clean stop: the live record goes now, not when the lease runs out.
-            if let Err(e) = registration.revoke().await {
+        // The live record and the shards go now, not when the lease runs out (after a lost
+        // lease this finds it gone, or ends what is left of it).
+        if let Err(e) = registration.revoke().await {
+            if outcome.is_ok() {
                 tracing::warn!(error = %e, "revoking the node's lease");
             }
         }
@@ -160,6 +189,56 @@ pub fn serve<F: std::future::Future<Output = ()>>(
         tracing::info!(node = %options.node, "node stopped");
         outcome
     })
+}
+
+/// Opens the node's file devices and makes it a member at `address`: the devices (to close),
+/// what the service exports, and the map after joining.
+async fn open_and_join(
+    cluster: &mut railstore_cluster::Cluster,
+    cfg: &railstore_store::StoreConfig,
+    options: &NodeOptions,
+    address: &str,
+) -> Result<(
+    Vec<Arc<FileDevice>>,
+    Vec<Exported>,
+    railstore_cluster::ClusterMap,
+)> {
+    let mut files = Vec::new();
+    let mut exported = Vec::new();
+    for i in 0..cfg.devices.count {
+        let path = cfg.data_dir.join("devices").join(i.to_string());
+        let file = Arc::new(
+            FileDevice::open(
+                &path,
+                FileConfig {
+                    capacity_bytes: cfg.devices.capacity_bytes,
+                    direct_io: cfg.devices.direct_io,
+                    // Rails on the array's side asks for compaction while a device writes.
+                    compaction: if cfg.separation.is_some() {
+                        CompactionPolicy::Manual
+                    } else {
+                        FileConfig::default().compaction
+                    },
+                    ..FileConfig::default()
+                },
+            )
+            .with_context(|| format!("device {i} at {}", path.display()))?,
+        );
+        files.push(file.clone());
+        exported.push(Exported {
+            name: i.to_string(),
+            device: file as Arc<dyn Device>,
+        });
+    }
+    let member = Member {
+        address: address.to_string(),
+        s3: None,
+        devices: exported.iter().map(|e| e.name.clone()).collect(),
+        capacity_bytes: cfg.devices.capacity_bytes,
+        joined_unix_ms: unix_ms(),
+    };
+    let map = cluster.join(&options.node, member).await?;
+    Ok((files, exported, map))
 }
 
 fn report_layout(map: &railstore_cluster::ClusterMap, node: &str) {

@@ -114,10 +114,16 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
         loaded.server.nbd_listen = Some(a);
     }
     if let (Some(url), Some(node)) = (&args.cluster, &args.node) {
-        let listen = args.node_listen.unwrap_or_else(|| {
-            let s3 = loaded.server.listen;
-            SocketAddr::new(s3.ip(), s3.port().wrapping_add(1))
-        });
+        // Beside the S3 port by default (an ephemeral port when that is one too).
+        let s3 = loaded.server.listen;
+        let listen = match args.node_listen {
+            Some(a) => a,
+            None if s3.port() == 0 => SocketAddr::new(s3.ip(), 0),
+            None => match s3.port().checked_add(1) {
+                Some(p) => SocketAddr::new(s3.ip(), p),
+                None => bail!("no port after {s3}: give --node-listen"),
+            },
+        };
         if args.lease_ttl == 0 {
             bail!("--lease-ttl must be at least 1 second");
         }

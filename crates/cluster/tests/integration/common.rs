@@ -37,6 +37,7 @@ pub fn new_map(name: &str, nodes_to_form: usize) -> ClusterMap {
         seed: 42,
         devices_per_node: 6,
         nodes_to_form,
+        shards: 64,
         clock: FrameClock {
             origin_unix_ms: unix_ms(),
             frame_ms: 2000,

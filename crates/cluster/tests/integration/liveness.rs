@@ -22,9 +22,15 @@ async fn a_live_record_is_held_by_one_process_and_goes_with_it() {
         .unwrap();
     assert!(matches!(err, ClusterError::Refused(_)), "{err}");
     assert_eq!(c.live().await.unwrap()["a"].address, "127.0.0.1:1");
-    // A clean stop takes the record away at once.
+    // A member may not leave while a process runs as it.
+    c.join("a", crate::common::member(7000, 6)).await.unwrap();
+    let err = c.leave("a").await.unwrap_err();
+    assert!(matches!(err, ClusterError::Refused(_)), "{err}");
+    assert!(c.existing_map().await.unwrap().0.members.contains_key("a"));
+    // A clean stop takes the record away at once; then it may leave.
     reg.revoke().await.unwrap();
     assert!(c.live().await.unwrap().is_empty());
+    c.leave("a").await.unwrap();
     let again = c
         .register("a", "127.0.0.1:2", Duration::from_secs(5))
         .await
@@ -38,9 +44,10 @@ async fn a_silent_node_expires_and_a_node_whose_lease_ends_hears_of_it() {
     let Some(etcd) = etcd() else { return };
     let mut c = connect(&etcd, "expiry").await;
     c.init(&new_map("expiry", 3)).await.unwrap();
-    // Renewals keep the record past several TTLs.
+    // Renewals keep the record past its TTL (5 s, so that a renewal late on a loaded machine
+    // is still in time).
     let mut kept = c
-        .register("kept", "127.0.0.1:1", Duration::from_secs(2))
+        .register("kept", "127.0.0.1:1", Duration::from_secs(5))
         .await
         .unwrap();
     let silent = c
@@ -56,7 +63,7 @@ async fn a_silent_node_expires_and_a_node_whose_lease_ends_hears_of_it() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
     assert!(c.live().await.unwrap().contains_key("kept"));
 
     // The lease revoked behind the node's back (as when etcd expired it during a pause): the

@@ -4,3 +4,4 @@
 mod common;
 mod liveness;
 mod map_in_etcd;
+mod shards;

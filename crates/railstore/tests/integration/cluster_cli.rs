@@ -1,6 +1,7 @@
 //! Three `railstore serve --cluster` processes on one real etcd: the map created once, the
-//! layout formed over the three with any one node losable, each node's devices reachable at the
-//! address the map gives, a killed node seen as down once its lease runs out, a data folder
+//! layout formed over the three with any one node losable, every shard owned, each node's
+//! devices reachable at the address the map gives, a killed node seen as down once its lease
+//! runs out and its shards taken over with higher fencing tokens, a data folder
 //! refused under another node's name, members added and removed by `railstore cluster`, and a
 //! clean stop taking the live record at once.
 
@@ -9,7 +10,7 @@ use railstore_cluster::testing::EtcdProcess;
 use railstore_device::{Device, Fence, ReadRange, StoreMode};
 use railstore_node::RemoteNode;
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -24,6 +25,19 @@ fn node(url: &str, name: &str, dir: &Path, config: &Path, lease_ttl: u64) -> Ser
             .args(["--node-listen", "127.0.0.1:0"])
             .args(["--lease-ttl", &lease_ttl.to_string()]),
     )
+}
+
+/// `serve --cluster` as `name` over `data`, run until it exits (for starts that must fail).
+fn serve_to_the_end(url: &str, name: &str, data: &Path, config: &Path) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
+        .args(["serve", "--cluster", url, "--node", name, "--config"])
+        .arg(config)
+        .arg("--data")
+        .arg(data)
+        .args(["--node-listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    crate::common::outcome(out)
 }
 
 fn status(url: &str) -> Value {
@@ -45,21 +59,30 @@ fn wait_status(url: &str, why: &str, what: impl Fn(&Value) -> bool) -> Value {
     }
 }
 
+/// A fresh etcd, the URL of cluster `name` on it, a folder and a configuration for the nodes;
+/// `None` (after saying so) when no etcd is installed and none is required.
+fn cluster_of(name: &str) -> Option<(EtcdProcess, String, tempfile::TempDir, PathBuf)> {
+    let Some(etcd) = EtcdProcess::start().expect("starting etcd") else {
+        eprintln!(
+            "no etcd: skipping (install etcd-server; set RAILSTORE_REQUIRE_ETCD to make this fail)"
+        );
+        return None;
+    };
+    let url = format!("{}/{name}", etcd.cluster_url);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_file(dir.path());
+    Some((etcd, url, dir, config))
+}
+
 fn live(s: &Value) -> Vec<String> {
     s["live"].as_object().unwrap().keys().cloned().collect()
 }
 
 #[test]
 fn three_nodes_form_a_cluster_and_a_lost_one_is_seen() {
-    let Some(etcd) = EtcdProcess::start().expect("starting etcd") else {
-        eprintln!(
-            "no etcd: skipping (install etcd-server; set RAILSTORE_REQUIRE_ETCD to make this fail)"
-        );
+    let Some((_etcd, url, dir, config)) = cluster_of("test") else {
         return;
     };
-    let url = format!("{}/test", etcd.cluster_url);
-    let dir = tempfile::tempdir().unwrap();
-    let config = config_file(dir.path());
 
     let (ok, out) = cli(&["cluster", "status", "--cluster", &url]);
     assert!(!ok && out.contains("no cluster \"test\""), "{out}");
@@ -84,14 +107,16 @@ fn three_nodes_form_a_cluster_and_a_lost_one_is_seen() {
                 n,
                 dir.path(),
                 &config,
-                if *n == "n1" { 2 } else { 60 },
+                if *n == "n1" { 5 } else { 60 },
             ))
         })
         .collect();
     for n in nodes.iter_mut().flatten() {
         n.wait_for("node serving its devices");
     }
-    let s = wait_status(&url, "three live nodes", |s| live(s).len() == 3);
+    let s = wait_status(&url, "three live nodes owning every shard", |s| {
+        live(s).len() == 3 && s["owners"].as_object().unwrap().len() == 64
+    });
     let layout = &s["map"]["layout"];
     assert_eq!(layout["epoch"], 1, "{s:#}");
     assert_eq!(layout["devices"].as_array().unwrap().len(), 18);
@@ -122,24 +147,44 @@ fn three_nodes_form_a_cluster_and_a_lost_one_is_seen() {
         });
     }
 
+    // A second process under a running node's name is refused before it changes anything.
+    let n2_address = s["map"]["members"]["n2"]["address"].clone();
+    let (ok, out) = serve_to_the_end(&url, "n2", &dir.path().join("n2-again"), &config);
+    assert!(!ok && out.contains("already running"), "{out}");
+    assert_eq!(status(&url)["map"]["members"]["n2"]["address"], n2_address);
+
     // kill -9: the node's record stays until its lease runs out, then it is down.
     nodes[1].as_mut().unwrap().child.kill().unwrap();
     nodes[1].take().unwrap().child.wait().unwrap();
-    let s = wait_status(&url, "n1 down", |s| s["down"] == serde_json::json!(["n1"]));
+    let owned_by = |s: &Value, node: &str| {
+        s["owners"]
+            .as_object()
+            .unwrap()
+            .values()
+            .filter(|o| o["node"] == node)
+            .count()
+    };
+    let before = s.clone();
+    assert!(owned_by(&before, "n1") > 0);
+    let s = wait_status(&url, "n1 down and its shards taken over", |s| {
+        s["down"] == serde_json::json!(["n1"])
+            && owned_by(s, "n1") == 0
+            && s["owners"].as_object().unwrap().len() == 64
+    });
     assert_eq!(live(&s), ["n0", "n2"]);
+    // Each shard n1 owned has a new owner with a higher fencing token.
+    for (shard, old) in before["owners"].as_object().unwrap() {
+        if old["node"] == "n1" {
+            let new = &s["owners"][shard];
+            assert!(
+                new["token"].as_u64() > old["token"].as_u64(),
+                "{old} -> {new}"
+            );
+        }
+    }
 
     // Another node's folder is refused, and changes nothing.
-    let (ok, out) = {
-        let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
-            .args(["serve", "--cluster", &url, "--node", "n1", "--config"])
-            .arg(&config)
-            .arg("--data")
-            .arg(dir.path().join("n0"))
-            .args(["--node-listen", "127.0.0.1:0"])
-            .output()
-            .unwrap();
-        crate::common::outcome(out)
-    };
+    let (ok, out) = serve_to_the_end(&url, "n1", &dir.path().join("n0"), &config);
     assert!(!ok && out.contains("belongs to node n0"), "{out}");
     assert_eq!(status(&url)["down"], serde_json::json!(["n1"]));
 
@@ -168,4 +213,70 @@ fn three_nodes_form_a_cluster_and_a_lost_one_is_seen() {
     let (code, log) = nodes[0].take().unwrap().terminate();
     assert!(code.success(), "{log}");
     assert_eq!(live(&status(&url)), ["n2"]);
+}
+
+/// SIGSTOP an owner past its lease: the others take its shards over under higher tokens; woken
+/// by SIGCONT, it finds its lease gone and stops instead of going on as an owner.
+#[test]
+fn a_paused_owner_loses_its_shards_and_stops_when_it_wakes() {
+    let Some((_etcd, url, dir, config)) = cluster_of("paused") else {
+        return;
+    };
+    let mut nodes: Vec<Served> = [("a", 60), ("b", 60), ("p", 5)]
+        .iter()
+        .map(|(n, ttl)| node(&url, n, dir.path(), &config, *ttl))
+        .collect();
+    for n in &mut nodes {
+        n.wait_for("node serving its devices");
+    }
+    let owned_by = |s: &Value, node: &str| -> Vec<(String, u64)> {
+        s["owners"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(_, o)| o["node"] == node)
+            .map(|(shard, o)| (shard.clone(), o["token"].as_u64().unwrap()))
+            .collect()
+    };
+    let before = wait_status(&url, "every shard owned by three", |s| {
+        live(s).len() == 3
+            && s["owners"].as_object().unwrap().len() == 64
+            && !owned_by(s, "p").is_empty()
+    });
+    let paused = nodes.pop().unwrap();
+    let pid = paused.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let after = wait_status(&url, "p's shards taken over", |s| {
+        s["down"] == serde_json::json!(["p"])
+            && owned_by(s, "p").is_empty()
+            && s["owners"].as_object().unwrap().len() == 64
+    });
+    for (shard, token) in owned_by(&before, "p") {
+        let now = &after["owners"][&shard];
+        assert_ne!(now["node"], "p");
+        assert!(
+            now["token"].as_u64().unwrap() > token,
+            "shard {shard}: {now}"
+        );
+    }
+    assert!(Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let mut paused = paused;
+    paused.wait_for("lost its lease");
+    let code = paused.child.wait().unwrap();
+    assert!(
+        !code.success(),
+        "a node that lost its lease exits with an error"
+    );
+    // Nothing of p's came back.
+    let s = status(&url);
+    assert!(owned_by(&s, "p").is_empty());
+    assert_eq!(live(&s), ["a", "b"]);
 }
