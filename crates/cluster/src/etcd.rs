@@ -97,7 +97,9 @@ impl Cluster {
     pub async fn connect(url: &ClusterUrl) -> Result<Cluster> {
         let options = ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(5))
-            .with_timeout(CALL_TIMEOUT);
+            .with_timeout(CALL_TIMEOUT)
+            // A connection gone silent is found and dropped, not waited on.
+            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
         let client = Client::connect(&url.endpoints, Some(options)).await?;
         Ok(Cluster {
             client,
@@ -255,25 +257,47 @@ impl Cluster {
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key, value, options)]);
         let done = self.client.txn(txn).await?;
-        Ok(done
-            .succeeded()
-            .then(|| done.header().map_or(0, |h| h.revision())))
+        if !done.succeeded() {
+            return Ok(None);
+        }
+        // The transaction's revision is the key's create revision (a fencing token): never
+        // guessed.
+        match done.header() {
+            Some(h) => Ok(Some(h.revision())),
+            None => Err(ClusterError::Corrupt(
+                "etcd answered a write without its revision".into(),
+            )),
+        }
     }
 
-    /// Deletes `key` if the revision that created it is `revision`; whether it did.
-    pub(crate) async fn delete_if_created_at(
+    /// Deletes `key` if the revision that created it is `revision` and it is under `lease`;
+    /// whether it did.
+    pub(crate) async fn delete_if_owned(
         &mut self,
         key: String,
         revision: i64,
+        lease: i64,
     ) -> Result<bool> {
         let txn = Txn::new()
-            .when([Compare::create_revision(
-                key.clone(),
-                CompareOp::Equal,
-                revision,
-            )])
+            .when([
+                Compare::create_revision(key.clone(), CompareOp::Equal, revision),
+                Compare::lease(key.clone(), CompareOp::Equal, lease),
+            ])
             .and_then([TxnOp::delete(key, None)]);
         Ok(self.client.txn(txn).await?.succeeded())
+    }
+
+    /// Puts `value` at `key` under `lease`.
+    pub(crate) async fn put_leased(
+        &mut self,
+        key: String,
+        value: String,
+        lease: i64,
+    ) -> Result<()> {
+        self.client
+            .put(key, value, Some(PutOptions::new().with_lease(lease)))
+            .await?;
+        Ok(())
     }
 
     /// The running nodes, by name.
@@ -346,25 +370,44 @@ impl Cluster {
 
 type Renewals = (etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream);
 
-/// One renewal: the TTL etcd answers (0 once the lease has expired), or `None` when the
-/// stream ended. Opens the renewal stream first where there is none.
-async fn renew(
-    client: &mut Client,
-    lease: i64,
-    renewals: &mut Option<Renewals>,
-) -> std::result::Result<Option<i64>, etcd_client::Error> {
-    if renewals.is_none() {
-        *renewals = Some(client.lease_keep_alive(lease).await?);
-    }
-    let (keeper, stream) = renewals.as_mut().expect("opened above");
-    keeper.keep_alive().await?;
-    Ok(stream.message().await?.map(|answer| answer.ttl()))
+/// What one renewal found.
+enum Renewal {
+    /// The lease lives on for this many seconds from the request.
+    Alive(i64),
+    /// etcd says the lease is gone (expired or revoked).
+    Expired,
+    /// The stream broke or answered nothing: open another and try again.
+    Broken,
 }
 
-/// Renews the lease three times per TTL. A broken renewal stream (etcd restarting, a leader
-/// change, a reset connection) is opened again, for as long as the lease is sure to be alive:
-/// until the last answered renewal's send time plus the TTL it answered, less a margin. Past
-/// that, or when etcd says the lease has expired, it says why.
+/// One renewal, opening the renewal stream first where there is none (etcd-client opens it
+/// with a renewal of its own, and refuses with "lease not found" a lease that is gone).
+async fn renew(client: &mut Client, lease: i64, renewals: &mut Option<Renewals>) -> Renewal {
+    if renewals.is_none() {
+        match client.lease_keep_alive(lease).await {
+            Ok(opened) => *renewals = Some(opened),
+            Err(etcd_client::Error::LeaseKeepAliveError(m)) if m.contains("not found") => {
+                return Renewal::Expired
+            }
+            Err(_) => return Renewal::Broken,
+        }
+    }
+    let (keeper, stream) = renewals.as_mut().expect("opened above");
+    if keeper.keep_alive().await.is_err() {
+        return Renewal::Broken;
+    }
+    match stream.message().await {
+        Ok(Some(answer)) if answer.ttl() > 0 => Renewal::Alive(answer.ttl()),
+        Ok(Some(_)) => Renewal::Expired,
+        Ok(None) | Err(_) => Renewal::Broken,
+    }
+}
+
+/// Renews the lease three times per TTL. A renewal that breaks or goes unanswered for a third
+/// of the TTL (etcd restarting, a leader change, a connection gone silent) is tried again on a
+/// new stream, for as long as the lease is sure to be alive: until the last answered renewal's
+/// send time plus the TTL it answered, less a margin. Past that, or when etcd says the lease
+/// has expired, it says why.
 async fn keep_alive(
     mut client: Client,
     lease: i64,
@@ -384,24 +427,24 @@ async fn keep_alive(
                 ttl.as_secs()
             );
         }
-        match tokio::time::timeout_at(give_up.into(), renew(&mut client, lease, &mut renewals))
-            .await
+        let attempt_until = give_up.min(sent + every);
+        match tokio::time::timeout_at(
+            attempt_until.into(),
+            renew(&mut client, lease, &mut renewals),
+        )
+        .await
         {
-            Ok(Ok(Some(left))) if left > 0 => {
+            Ok(Renewal::Alive(left)) => {
                 alive_until = sent + Duration::from_secs(left as u64);
-                tokio::time::sleep(every).await;
+                // Sooner than every third of the TTL when etcd answered a shorter one.
+                let room = (alive_until - margin).saturating_duration_since(Instant::now());
+                tokio::time::sleep(every.min(room / 2)).await;
             }
-            Ok(Ok(Some(_))) => break "etcd says the lease has expired".to_string(),
-            Ok(Ok(None)) | Ok(Err(_)) => {
-                // Open a new stream and try again, while the lease surely lives.
+            Ok(Renewal::Expired) => break "etcd says the lease has expired".to_string(),
+            Ok(Renewal::Broken) | Err(_) => {
+                // A new stream (on whichever endpoint answers) and another try.
                 renewals = None;
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(_) => {
-                break format!(
-                    "no renewal answered before the lease's end ({} s TTL)",
-                    ttl.as_secs()
-                )
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
     };

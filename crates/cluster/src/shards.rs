@@ -40,28 +40,37 @@ pub fn shard_of(map: &ClusterMap, bucket: &str, key: &str) -> u32 {
 }
 
 /// A shard's owner.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Owner {
     /// The owning node.
     pub node: String,
     /// Its fencing token: the create revision of its ownership key.
-    #[serde(default)]
     pub token: u64,
+    /// The lease the key is under: which process of the node owns it (a node restarted while
+    /// its old process still lived would share the name, never the lease).
+    pub lease: i64,
 }
 
-/// What one node should do to move toward its fair share: shards to claim (unowned ones, in
-/// an order that starts at a point of its own so nodes do not all try the same shard first)
-/// and shards to let go of.
+/// What the ownership key holds (the token and lease are the key's own).
+#[derive(Serialize, Deserialize)]
+struct OwnerRecord {
+    node: String,
+}
+
+/// What the process holding `lease` on node `me` should do to move toward its fair share
+/// among `claimers` nodes: shards to claim (unowned ones, in an order that starts at a point of
+/// its own so nodes do not all try the same shard first) and shards to let go of.
 pub fn rebalance(
     shards: u32,
-    live: usize,
+    claimers: usize,
     owners: &BTreeMap<u32, Owner>,
     me: &str,
+    lease: i64,
 ) -> (Vec<u32>, Vec<u32>) {
-    let fair = shards.div_ceil(live.max(1) as u32) as usize;
+    let fair = shards.div_ceil(claimers.max(1) as u32) as usize;
     let mine: Vec<u32> = owners
         .iter()
-        .filter(|(_, o)| o.node == me)
+        .filter(|(_, o)| o.lease == lease)
         .map(|(s, _)| *s)
         .collect();
     if mine.len() > fair {
@@ -87,6 +96,24 @@ impl Cluster {
         format!("{}owners/{shard:05}", self.prefix())
     }
 
+    fn claimer_key(&self, node: &str) -> String {
+        format!("{}claimers/{node}", self.prefix())
+    }
+
+    /// Says, under `lease`, that `node` claims shards: the fair share counts only nodes that
+    /// do, so a node still starting (or one that never claims) does not make the others let
+    /// go of shards nobody takes.
+    pub async fn announce_claimer(&mut self, node: &str, lease: i64) -> Result<()> {
+        self.put_leased(self.claimer_key(node), node.to_string(), lease)
+            .await
+    }
+
+    /// How many nodes claim shards now.
+    pub async fn claimers(&mut self) -> Result<usize> {
+        let prefix = format!("{}claimers/", self.prefix());
+        Ok(self.get_prefix(&prefix).await?.len())
+    }
+
     /// Every owned shard and its owner.
     pub async fn owners(&mut self) -> Result<BTreeMap<u32, Owner>> {
         let prefix = format!("{}owners/", self.prefix());
@@ -96,11 +123,17 @@ impl Cluster {
             else {
                 continue;
             };
-            let mut owner: Owner = serde_json::from_slice(kv.value()).map_err(|e| {
+            let record: OwnerRecord = serde_json::from_slice(kv.value()).map_err(|e| {
                 crate::ClusterError::Corrupt(format!("owner of shard {shard}: {e}"))
             })?;
-            owner.token = kv.create_revision() as u64;
-            out.insert(shard, owner);
+            out.insert(
+                shard,
+                Owner {
+                    node: record.node,
+                    token: kv.create_revision() as u64,
+                    lease: kv.lease(),
+                },
+            );
         }
         Ok(out)
     }
@@ -108,9 +141,8 @@ impl Cluster {
     /// Claims `shard` for `node` under `lease`: its fencing token, or `None` when another
     /// node owns it.
     pub async fn claim(&mut self, shard: u32, node: &str, lease: i64) -> Result<Option<u64>> {
-        let value = serde_json::to_string(&Owner {
+        let value = serde_json::to_string(&OwnerRecord {
             node: node.to_string(),
-            token: 0,
         })
         .expect("an owner serialises");
         self.put_if_absent(self.owner_key(shard), value, Some(lease))
@@ -118,9 +150,9 @@ impl Cluster {
             .map(|r| r.map(|rev| rev as u64))
     }
 
-    /// Lets go of `shard` if it is still owned under `token`; whether it was.
-    pub async fn release(&mut self, shard: u32, token: u64) -> Result<bool> {
-        self.delete_if_created_at(self.owner_key(shard), token as i64)
+    /// Lets go of `shard` if it is still owned under `token` and `lease`; whether it was.
+    pub async fn release(&mut self, shard: u32, token: u64, lease: i64) -> Result<bool> {
+        self.delete_if_owned(self.owner_key(shard), token as i64, lease)
             .await
     }
 }
@@ -135,6 +167,10 @@ pub async fn keep_shards(
     period: Duration,
     owned: watch::Sender<BTreeMap<u32, u64>>,
 ) {
+    while let Err(e) = cluster.announce_claimer(&node, lease).await {
+        tracing::warn!(error = %e, node = %node, "announcing the node as a shard claimer");
+        tokio::time::sleep(period).await;
+    }
     loop {
         if let Err(e) = keep_once(&mut cluster, &node, lease, &owned).await {
             tracing::warn!(error = %e, node = %node, "keeping shards");
@@ -150,12 +186,12 @@ async fn keep_once(
     owned: &watch::Sender<BTreeMap<u32, u64>>,
 ) -> Result<()> {
     let (map, _) = cluster.existing_map().await?;
-    let live = cluster.live().await?.len();
+    let claimers = cluster.claimers().await?;
     let mut owners = cluster.owners().await?;
-    let (claim, release) = rebalance(map.shards, live, &owners, node);
+    let (claim, release) = rebalance(map.shards, claimers, &owners, node, lease);
     for shard in release {
         let token = owners[&shard].token;
-        if cluster.release(shard, token).await? {
+        if cluster.release(shard, token, lease).await? {
             owners.remove(&shard);
         }
     }
@@ -166,13 +202,14 @@ async fn keep_once(
                 Owner {
                     node: node.to_string(),
                     token,
+                    lease,
                 },
             );
         }
     }
     let mine: BTreeMap<u32, u64> = owners
         .into_iter()
-        .filter(|(_, o)| o.node == node)
+        .filter(|(_, o)| o.lease == lease)
         .map(|(s, o)| (s, o.token))
         .collect();
     owned.send_if_modified(|held| {
@@ -187,6 +224,7 @@ async fn keep_once(
 mod tests {
     use super::*;
 
+    /// Owners by (shard, node, token); node "a"'s process holds lease 1, every other node's 2.
     fn owned(pairs: &[(u32, &str, u64)]) -> BTreeMap<u32, Owner> {
         pairs
             .iter()
@@ -196,6 +234,7 @@ mod tests {
                     Owner {
                         node: n.to_string(),
                         token: *t,
+                        lease: if *n == "a" { 1 } else { 2 },
                     },
                 )
             })
@@ -205,7 +244,7 @@ mod tests {
     #[test]
     fn nodes_claim_their_share_and_no_more() {
         let none = BTreeMap::new();
-        let (claim, release) = rebalance(64, 3, &none, "a");
+        let (claim, release) = rebalance(64, 3, &none, "a", 1);
         assert_eq!((claim.len(), release.len()), (22, 0));
         let mut distinct = claim.clone();
         distinct.sort();
@@ -213,7 +252,7 @@ mod tests {
         assert_eq!(distinct.len(), 22);
         // Only unowned shards are claimed.
         let some = owned(&[(0, "b", 5), (1, "b", 6)]);
-        let (claim, _) = rebalance(4, 2, &some, "a");
+        let (claim, _) = rebalance(4, 2, &some, "a", 1);
         assert_eq!(
             {
                 let mut c = claim;
@@ -223,10 +262,20 @@ mod tests {
             [2, 3]
         );
         // At its share a node does nothing; above it, it lets go of its newest claims.
-        let (claim, release) = rebalance(4, 2, &owned(&[(0, "a", 1), (1, "a", 2)]), "a");
+        let (claim, release) = rebalance(4, 2, &owned(&[(0, "a", 1), (1, "a", 2)]), "a", 1);
         assert!(claim.is_empty() && release.is_empty());
         let three = owned(&[(0, "a", 1), (1, "a", 9), (2, "a", 3)]);
-        assert_eq!(rebalance(4, 2, &three, "a"), (Vec::new(), vec![1]));
+        assert_eq!(rebalance(4, 2, &three, "a", 1), (Vec::new(), vec![1]));
+        // Another process under the same name (another lease) owns nothing of this one's: its
+        // shards are neither released nor counted.
+        let mut other_process = owned(&[(0, "a", 1), (1, "a", 2), (2, "a", 3)]);
+        for o in other_process.values_mut() {
+            o.lease = 7;
+        }
+        assert_eq!(
+            rebalance(4, 2, &other_process, "a", 1),
+            (vec![3], Vec::new())
+        );
     }
 
     #[test]

@@ -151,9 +151,13 @@ pub fn serve<F: std::future::Future<Output = ()>>(
             }
         };
         let mut server_ended = false;
+        let mut lease_lost = false;
         let outcome = tokio::select! {
             _ = stop => Ok(()),
-            lost = registration.lost() => Err(anyhow::Error::new(lost)),
+            lost = registration.lost() => {
+                lease_lost = true;
+                Err(anyhow::Error::new(lost))
+            }
             _ = watch => Ok(()),
             _ = shards_reported => Ok(()),
             ended = &mut server => {
@@ -166,6 +170,12 @@ pub fn serve<F: std::future::Future<Output = ()>>(
             }
         };
         keeper.abort();
+        if lease_lost {
+            // Another node may own this node's shards within moments: stop serving at once
+            // rather than drain calls in flight.
+            server.abort();
+            server_ended = true;
+        }
         let _ = quit.send(());
         if !server_ended {
             match server.await {

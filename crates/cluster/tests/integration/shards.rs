@@ -31,10 +31,10 @@ async fn shards_are_shared_out_and_a_dead_owners_are_taken_over_with_higher_toke
     let mut keepers = BTreeMap::new();
     let mut registrations = BTreeMap::new();
     for node in ["a", "b", "c"] {
-        let reg = c
-            .register(node, "127.0.0.1:1", Duration::from_secs(2))
-            .await
-            .unwrap();
+        // b is the one that dies: a short lease; the survivors' are long enough that a slow
+        // renewal on a loaded machine does not end them.
+        let ttl = Duration::from_secs(if node == "b" { 2 } else { 5 });
+        let reg = c.register(node, "127.0.0.1:1", ttl).await.unwrap();
         let (tx, _rx) = tokio::sync::watch::channel(BTreeMap::new());
         let keeper = tokio::spawn(keep_shards(
             connect(&etcd, "shards").await,
@@ -78,7 +78,12 @@ async fn shards_are_shared_out_and_a_dead_owners_are_taken_over_with_higher_toke
     let lease = registrations["a"].lease();
     let (shard, owner) = after.iter().find(|(_, o)| o.node == "c").unwrap();
     assert_eq!(c.claim(*shard, "a", lease).await.unwrap(), None);
-    assert!(!c.release(*shard, owner.token - 1).await.unwrap());
+    assert!(!c
+        .release(*shard, owner.token - 1, owner.lease)
+        .await
+        .unwrap());
+    // Nor does a release under another lease (another process of the same name).
+    assert!(!c.release(*shard, owner.token, lease).await.unwrap());
     assert_eq!(c.owners().await.unwrap()[shard], *owner);
     for k in keepers.values() {
         k.abort();
