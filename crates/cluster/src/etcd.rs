@@ -99,7 +99,8 @@ impl Cluster {
             .with_connect_timeout(Duration::from_secs(5))
             .with_timeout(CALL_TIMEOUT)
             // A connection gone silent is found and dropped, not waited on.
-            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
+            // (every 5 s: etcd refuses pings more often than its --grpc-keepalive-min-time).
+            .with_keep_alive(Duration::from_secs(5), Duration::from_secs(3));
         let client = Client::connect(&url.endpoints, Some(options)).await?;
         Ok(Cluster {
             client,
@@ -368,6 +369,9 @@ impl Cluster {
     }
 }
 
+/// Pause before a renewal on a new stream.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
 type Renewals = (etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream);
 
 /// What one renewal found.
@@ -427,7 +431,13 @@ async fn keep_alive(
                 ttl.as_secs()
             );
         }
-        let attempt_until = give_up.min(sent + every);
+        // A third of the TTL per attempt, so a silent stream is replaced; the last attempt
+        // before giving up gets all the time left (opening a stream costs two round trips).
+        let attempt_until = if give_up.saturating_duration_since(sent) < 2 * every {
+            give_up
+        } else {
+            sent + every
+        };
         match tokio::time::timeout_at(
             attempt_until.into(),
             renew(&mut client, lease, &mut renewals),
@@ -442,9 +452,16 @@ async fn keep_alive(
             }
             Ok(Renewal::Expired) => break "etcd says the lease has expired".to_string(),
             Ok(Renewal::Broken) | Err(_) => {
-                // A new stream (on whichever endpoint answers) and another try.
+                // A new stream (on whichever endpoint answers) and another try, if there is
+                // time for one.
                 renewals = None;
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                if Instant::now() + RETRY_PAUSE >= give_up {
+                    break format!(
+                        "no renewal answered before the lease's end ({} s TTL)",
+                        ttl.as_secs()
+                    );
+                }
+                tokio::time::sleep(RETRY_PAUSE).await;
             }
         }
     };

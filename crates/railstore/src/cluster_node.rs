@@ -32,6 +32,9 @@ const MAP_POLL: Duration = Duration::from_secs(2);
 /// its lease's TTL and this.
 const SHARD_PERIOD: Duration = Duration::from_secs(1);
 
+/// How long a stopping node waits for etcd to take its lease back before leaving it to run out.
+const REVOKE_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// Runs the node until `stop()`'s future resolves (made inside the runtime: signal handlers
 /// need one) or its lease is lost.
 pub fn serve<F: std::future::Future<Output = ()>>(
@@ -93,7 +96,7 @@ pub fn serve<F: std::future::Future<Output = ()>>(
         let mut registration = cluster
             .register(&options.node, &address, options.lease_ttl)
             .await?;
-        let (files, exported, map) =
+        let (mut files, exported, map) =
             match open_and_join(&mut cluster, &cfg, &options, &address).await {
                 Ok(started) => started,
                 Err(e) => {
@@ -117,7 +120,7 @@ pub fn serve<F: std::future::Future<Output = ()>>(
         // Shard ownership under the same lease as the live record: a node that dies lets go
         // of its shards when the lease runs out, and survivors take them over.
         let (owned_tx, mut owned) = tokio::sync::watch::channel(Default::default());
-        let keeper = tokio::spawn(railstore_cluster::keep_shards(
+        let mut keeper = tokio::spawn(railstore_cluster::keep_shards(
             cluster.clone(),
             options.node.clone(),
             registration.lease(),
@@ -160,6 +163,9 @@ pub fn serve<F: std::future::Future<Output = ()>>(
             }
             _ = watch => Ok(()),
             _ = shards_reported => Ok(()),
+            // The keeper only returns if it panicked: its claimer record would live on under
+            // the renewed lease and the node's share of the shards stay unowned.
+            _ = &mut keeper => Err(anyhow::anyhow!("the shard keeper stopped")),
             ended = &mut server => {
                 server_ended = true;
                 Err(match ended {
@@ -171,10 +177,12 @@ pub fn serve<F: std::future::Future<Output = ()>>(
         };
         keeper.abort();
         if lease_lost {
-            // Another node may own this node's shards within moments: stop serving at once
-            // rather than drain calls in flight.
+            // The cluster may count this node as gone within moments: take no new calls and
+            // close the devices now, so calls in flight fail rather than finish, before
+            // anything else (the revoke below may wait on an etcd that cannot be reached).
             server.abort();
             server_ended = true;
+            close_devices(&mut files).await?;
         }
         let _ = quit.send(());
         if !server_ended {
@@ -186,19 +194,30 @@ pub fn serve<F: std::future::Future<Output = ()>>(
         }
         // The live record and the shards go now, not when the lease runs out (after a lost
         // lease this finds it gone, or ends what is left of it).
-        if let Err(e) = registration.revoke().await {
-            if outcome.is_ok() {
-                tracing::warn!(error = %e, "revoking the node's lease");
+        match tokio::time::timeout(REVOKE_TIMEOUT, registration.revoke()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) if outcome.is_ok() => {
+                tracing::warn!(error = %e, "revoking the node's lease")
             }
+            Err(_) if outcome.is_ok() => tracing::warn!(
+                "revoking the node's lease: etcd did not answer; the lease runs out by itself"
+            ),
+            _ => {}
         }
-        for f in files {
-            if let Err(e) = tokio::task::spawn_blocking(move || f.close_blocking()).await? {
-                tracing::warn!(error = %e, "closing a device");
-            }
-        }
+        close_devices(&mut files).await?;
         tracing::info!(node = %options.node, "node stopped");
         outcome
     })
+}
+
+/// Closes the devices still open (each once: `files` is emptied).
+async fn close_devices(files: &mut Vec<Arc<FileDevice>>) -> Result<()> {
+    for f in files.drain(..) {
+        if let Err(e) = tokio::task::spawn_blocking(move || f.close_blocking()).await? {
+            tracing::warn!(error = %e, "closing a device");
+        }
+    }
+    Ok(())
 }
 
 /// Opens the node's file devices and makes it a member at `address`: the devices (to close),
