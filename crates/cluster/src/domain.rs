@@ -33,6 +33,18 @@ pub fn arrange(nodes: usize, devices_per_node: usize, width: usize) -> Vec<Vec<u
         .collect()
 }
 
+/// Device index -> node index from per-node positions (as [`arrange`] gives them); a position
+/// no node has is `usize::MAX`.
+pub fn node_of(positions: &[Vec<usize>]) -> Vec<usize> {
+    let mut out = vec![usize::MAX; positions.iter().map(Vec::len).sum()];
+    for (node, ps) in positions.iter().enumerate() {
+        for &p in ps {
+            out[p] = node;
+        }
+    }
+    out
+}
+
 /// The worst a node's loss does to the layout: the most pieces of one object that a single
 /// node holds, against what that object's mechanism tolerates.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -121,17 +133,6 @@ mod tests {
             version: 1,
         })
         .unwrap()
-    }
-
-    fn node_of(positions: &[Vec<usize>]) -> Vec<usize> {
-        let mut out = vec![usize::MAX; positions.iter().map(Vec::len).sum()];
-        for (node, ps) in positions.iter().enumerate() {
-            for &p in ps {
-                assert_eq!(out[p], usize::MAX, "position {p} given twice");
-                out[p] = node;
-            }
-        }
-        out
     }
 
     #[test]

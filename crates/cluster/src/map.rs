@@ -3,7 +3,7 @@
 //! needs no etcd.
 
 use crate::clock::FrameClock;
-use crate::domain::{arrange, node_loss, NodeLoss};
+use crate::domain::{arrange, node_loss, node_of, NodeLoss};
 use crate::error::{ClusterError, Result};
 use railstore_placement::{Layout, LayoutSpec};
 use railstore_redundancy::{Mechanism, Policy};
@@ -351,17 +351,6 @@ impl ClusterMap {
         }
         Ok(map)
     }
-}
-
-/// Device index -> node index, from per-node positions.
-fn node_of(positions: &[Vec<usize>]) -> Vec<usize> {
-    let mut out = vec![0; positions.iter().map(Vec::len).sum()];
-    for (node, ps) in positions.iter().enumerate() {
-        for &p in ps {
-            out[p] = node;
-        }
-    }
-    out
 }
 
 #[cfg(test)]

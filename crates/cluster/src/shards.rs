@@ -157,11 +157,12 @@ impl Cluster {
     }
 }
 
-/// Claims and releases shards for `node` (holding `lease`) every `period`, publishing the
+/// Claims and releases the map's `shards` for `node` (holding `lease`) every `period`, publishing the
 /// shards it owns with their tokens; runs until the task is dropped. etcd errors are logged and
 /// retried: ownership itself lives in etcd, so a node that cannot reach it only stops claiming.
 pub async fn keep_shards(
     mut cluster: Cluster,
+    shards: u32,
     node: String,
     lease: i64,
     period: Duration,
@@ -172,7 +173,7 @@ pub async fn keep_shards(
         tokio::time::sleep(period).await;
     }
     loop {
-        if let Err(e) = keep_once(&mut cluster, &node, lease, &owned).await {
+        if let Err(e) = keep_once(&mut cluster, shards, &node, lease, &owned).await {
             tracing::warn!(error = %e, node = %node, "keeping shards");
         }
         tokio::time::sleep(period).await;
@@ -181,14 +182,14 @@ pub async fn keep_shards(
 
 async fn keep_once(
     cluster: &mut Cluster,
+    shards: u32,
     node: &str,
     lease: i64,
     owned: &watch::Sender<BTreeMap<u32, u64>>,
 ) -> Result<()> {
-    let (map, _) = cluster.existing_map().await?;
     let claimers = cluster.claimers().await?;
     let mut owners = cluster.owners().await?;
-    let (claim, release) = rebalance(map.shards, claimers, &owners, node, lease);
+    let (claim, release) = rebalance(shards, claimers, &owners, node, lease);
     for shard in release {
         let token = owners[&shard].token;
         if cluster.release(shard, token, lease).await? {

@@ -122,6 +122,7 @@ pub fn serve<F: std::future::Future<Output = ()>>(
         let (owned_tx, mut owned) = tokio::sync::watch::channel(Default::default());
         let mut keeper = tokio::spawn(railstore_cluster::keep_shards(
             cluster.clone(),
+            map.shards,
             options.node.clone(),
             registration.lease(),
             SHARD_PERIOD,

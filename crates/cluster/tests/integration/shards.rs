@@ -38,6 +38,7 @@ async fn shards_are_shared_out_and_a_dead_owners_are_taken_over_with_higher_toke
         let (tx, _rx) = tokio::sync::watch::channel(BTreeMap::new());
         let keeper = tokio::spawn(keep_shards(
             connect(&etcd, "shards").await,
+            64,
             node.to_string(),
             reg.lease(),
             Duration::from_millis(200),

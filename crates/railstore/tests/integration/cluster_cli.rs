@@ -84,6 +84,16 @@ fn owned_by(s: &Value, node: &str) -> usize {
         .count()
 }
 
+/// Settled: every shard owned and each of `nodes` at its fair share of 64, ceil(64 / n), or
+/// at most two under it.
+fn at_fair_shares(s: &Value, nodes: &[&str]) -> bool {
+    let fair = 64usize.div_ceil(nodes.len());
+    s["owners"].as_object().unwrap().len() == 64
+        && nodes
+            .iter()
+            .all(|n| (fair - 2..=fair).contains(&owned_by(s, n)))
+}
+
 fn live(s: &Value) -> Vec<String> {
     s["live"].as_object().unwrap().keys().cloned().collect()
 }
@@ -124,13 +134,8 @@ fn three_nodes_form_a_cluster_and_a_lost_one_is_seen() {
     for n in nodes.iter_mut().flatten() {
         n.wait_for("node serving its devices");
     }
-    // Settled: each of the three at its fair share, ceil(64 / 3) = 22, or just under.
     let s = wait_status(&url, "three live nodes owning their shares", |s| {
-        live(s).len() == 3
-            && s["owners"].as_object().unwrap().len() == 64
-            && ["n0", "n1", "n2"]
-                .iter()
-                .all(|n| (20..=22).contains(&owned_by(s, n)))
+        live(s).len() == 3 && at_fair_shares(s, &["n0", "n1", "n2"])
     });
     let layout = &s["map"]["layout"];
     assert_eq!(layout["epoch"], 1, "{s:#}");
@@ -246,11 +251,7 @@ fn a_paused_owner_loses_its_shards_and_stops_when_it_wakes() {
             .collect()
     };
     let before = wait_status(&url, "every shard owned by three", |s| {
-        live(s).len() == 3
-            && s["owners"].as_object().unwrap().len() == 64
-            && ["a", "b", "p"]
-                .iter()
-                .all(|n| (20..=22).contains(&owned_by(s, n)))
+        live(s).len() == 3 && at_fair_shares(s, &["a", "b", "p"])
     });
     let paused = nodes.pop().unwrap();
     let pid = paused.child.id().to_string();
