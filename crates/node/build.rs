@@ -42,6 +42,7 @@ fn main() {
         .method(method("info", "Info", "DeviceRequest", "InfoReply").build())
         .method(method("sync", "Sync", "DeviceRequest", "SyncReply").build())
         .method(method("compact", "Compact", "CompactRequest", "CompactReply").build())
+        .method(method("traffic", "Traffic", "TrafficRequest", "TrafficReply").build())
         .build();
     Builder::new().compile(&[service]);
     println!("cargo:rerun-if-changed=build.rs");

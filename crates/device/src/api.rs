@@ -237,6 +237,13 @@ pub trait Device: Send + Sync + 'static {
     fn memory_bytes(&self) -> u64 {
         0
     }
+
+    /// Whether the device's calls cross the network (a device on another node): an array
+    /// reads the copies and shards on its own node's devices first where it may choose.
+    /// Wrappers pass their device's on.
+    fn remote(&self) -> bool {
+        false
+    }
 }
 
 /// Walks every batch of an iteration and returns all entries.

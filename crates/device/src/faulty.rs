@@ -315,6 +315,10 @@ impl Device for FaultyDevice {
         self.inner.memory_bytes()
     }
 
+    fn remote(&self) -> bool {
+        self.inner.remote()
+    }
+
     fn limits(&self) -> Limits {
         self.inner.limits()
     }

@@ -217,6 +217,10 @@ impl Device for MeteredDevice {
         self.inner.memory_bytes()
     }
 
+    fn remote(&self) -> bool {
+        self.inner.remote()
+    }
+
     fn limits(&self) -> Limits {
         self.inner.limits()
     }

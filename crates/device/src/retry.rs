@@ -91,6 +91,10 @@ impl Device for RetryingDevice {
         self.inner.memory_bytes()
     }
 
+    fn remote(&self) -> bool {
+        self.inner.remote()
+    }
+
     fn limits(&self) -> Limits {
         self.inner.limits()
     }

@@ -785,6 +785,10 @@ impl Device for SimDevice {
         self.inner.memory_bytes()
     }
 
+    fn remote(&self) -> bool {
+        self.inner.remote()
+    }
+
     fn limits(&self) -> Limits {
         self.inner.limits()
     }

@@ -74,6 +74,10 @@ impl Device for DeviceSlot {
         self.current().memory_bytes()
     }
 
+    fn remote(&self) -> bool {
+        self.current().remote()
+    }
+
     fn limits(&self) -> Limits {
         self.current().limits()
     }

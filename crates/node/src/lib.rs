@@ -6,7 +6,9 @@
 //! - [`remote::RemoteDevice`] is one of those devices as a [`railstore_device::Device`]: every
 //!   operation of the trait, values streamed in [`wire::CHUNK_BYTES`] pieces, no more
 //!   operations in flight than the node's device takes, errors arriving as the device's own
-//!   ([`errors`]).
+//!   ([`errors`]);
+//! - [`traffic::Traffic`] counts what a node moves over the cluster network, per kind of call
+//!   and on its sockets (the Ceph study's private network traffic).
 //!
 //! The messages are prost structs written by hand ([`wire`]); `build.rs` generates the service's
 //! client and server from a method list, so building needs no `protoc`.
@@ -18,6 +20,7 @@ pub mod fences;
 pub mod loopback;
 pub mod remote;
 pub mod service;
+pub mod traffic;
 pub mod wire;
 
 #[allow(missing_docs, clippy::all)]
@@ -35,3 +38,4 @@ pub use fences::FenceBook;
 pub use loopback::LoopbackNode;
 pub use remote::{RemoteDevice, RemoteNode};
 pub use service::{serve, Exported, NodeService};
+pub use traffic::{Call, Traffic, TrafficSnapshot};

@@ -4,6 +4,7 @@
 
 use crate::fences::FenceBook;
 use crate::service::{serve, Exported, NodeService};
+use crate::traffic::Traffic;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::sync::oneshot;
@@ -11,6 +12,7 @@ use tokio::sync::oneshot;
 /// A node serving until dropped.
 pub struct LoopbackNode {
     address: SocketAddr,
+    traffic: Arc<Traffic>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -39,6 +41,7 @@ impl LoopbackNode {
         let address = listener.local_addr()?;
         let (stop, stopped) = oneshot::channel::<()>();
         let service = NodeService::new("loopback", devices, Arc::new(fences));
+        let traffic = service.traffic();
         let thread = std::thread::Builder::new()
             .name("railstore-node-main".into())
             .spawn(move || {
@@ -65,6 +68,7 @@ impl LoopbackNode {
             })?;
         Ok(LoopbackNode {
             address,
+            traffic,
             stop: Some(stop),
             thread: Some(thread),
         })
@@ -73,6 +77,11 @@ impl LoopbackNode {
     /// Where it listens.
     pub fn address(&self) -> SocketAddr {
         self.address
+    }
+
+    /// What it has moved over the network.
+    pub fn traffic(&self) -> &Arc<Traffic> {
+        &self.traffic
     }
 }
 

@@ -138,6 +138,19 @@ impl RemoteNode {
         self.hello.devices.iter().map(|d| d.name.clone()).collect()
     }
 
+    /// What the node has moved over the network since it started (its answer to this call
+    /// counts in the next one).
+    pub async fn traffic(&self) -> Result<crate::traffic::TrafficSnapshot> {
+        let reply = self
+            .connections
+            .pick()
+            .traffic(crate::wire::TrafficRequest {})
+            .await
+            .map_err(|s| from_status(&s))?
+            .into_inner();
+        Ok(crate::traffic::TrafficSnapshot::from(&reply))
+    }
+
     /// Device `name` of the node, writing as `fence`.
     pub fn device(&self, name: &str, fence: Fence) -> Result<RemoteDevice> {
         let index = self
@@ -423,6 +436,10 @@ impl Device for RemoteDevice {
             bytes_copied: s.bytes_copied,
             bytes_freed: s.bytes_freed,
         })
+    }
+
+    fn remote(&self) -> bool {
+        true
     }
 
     fn limits(&self) -> Limits {

@@ -6,6 +6,7 @@
 use crate::errors::to_status;
 use crate::fences::FenceBook;
 use crate::generated::node_server::{Node, NodeServer};
+use crate::traffic::{Call, Counted, Traffic};
 use crate::wire::*;
 use bytes::Bytes;
 use futures_util::Stream;
@@ -61,6 +62,7 @@ pub struct NodeService {
     node: String,
     devices: Vec<Exported>,
     fences: Arc<FenceBook>,
+    traffic: Arc<Traffic>,
 }
 
 type ChunkStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -72,7 +74,14 @@ impl NodeService {
             node: node.into(),
             devices,
             fences,
+            traffic: Traffic::new(),
         }
+    }
+
+    /// What the node has moved over the network (its connections count into it once
+    /// [`serve`]d).
+    pub fn traffic(&self) -> Arc<Traffic> {
+        self.traffic.clone()
     }
 
     /// The tonic service, with the node's message size bounds: what it takes in stays at
@@ -149,7 +158,9 @@ fn limits(l: railstore_device::Limits) -> WireLimits {
 
 #[tonic::async_trait]
 impl Node for NodeService {
-    async fn hello(&self, _: Request<HelloRequest>) -> Result<Response<HelloReply>, Status> {
+    async fn hello(&self, request: Request<HelloRequest>) -> Result<Response<HelloReply>, Status> {
+        self.traffic.call(Call::Hello);
+        self.traffic.received(Call::Hello, request.get_ref());
         let mut devices = Vec::with_capacity(self.devices.len());
         for e in &self.devices {
             // A failed device is still exported (its operations answer with its error), with
@@ -162,22 +173,26 @@ impl Node for NodeService {
                 memory_bytes: e.device.memory_bytes(),
             });
         }
-        Ok(Response::new(HelloReply {
+        let reply = HelloReply {
             node: self.node.clone(),
             array_id: self.fences.array_id(),
             devices,
-        }))
+        };
+        self.traffic.sent(Call::Hello, &reply);
+        Ok(Response::new(reply))
     }
 
     async fn store(
         &self,
         request: Request<Streaming<StoreChunk>>,
     ) -> Result<Response<StoreReply>, Status> {
+        self.traffic.call(Call::Store);
         let mut stream = request.into_inner();
         let first = stream
             .message()
             .await?
             .ok_or_else(|| protocol("a store without its first message".into()))?;
+        self.traffic.received(Call::Store, &first);
         let dev = self.device(first.device)?;
         let mode = mode(first.mode)?;
         // Refuse what the device would refuse before taking in the rest of the value.
@@ -194,6 +209,7 @@ impl Node for NodeService {
         let announced = first.value_len as usize;
         let mut value = Gather::new(first.data, announced);
         while let Some(chunk) = stream.message().await? {
+            self.traffic.received(Call::Store, &chunk);
             if !value.push(&chunk.data) {
                 return Err(protocol(format!(
                     "a store's value ran past the {announced} B announced"
@@ -212,6 +228,7 @@ impl Node for NodeService {
         dev.store(&first.key, &value, mode)
             .await
             .map_err(|e| to_status(&e))?;
+        self.traffic.sent(Call::Store, &StoreReply {});
         Ok(Response::new(StoreReply {}))
     }
 
@@ -221,6 +238,8 @@ impl Node for NodeService {
         &self,
         request: Request<RetrieveRequest>,
     ) -> Result<Response<Self::RetrieveStream>, Status> {
+        self.traffic.call(Call::Retrieve);
+        self.traffic.received(Call::Retrieve, request.get_ref());
         let r = request.into_inner();
         let dev = self.device(r.device)?;
         let got = dev
@@ -233,12 +252,15 @@ impl Node for NodeService {
             )
             .await
             .map_err(|e| to_status(&e))?;
+        let traffic = self.traffic.clone();
         let chunks = chunks(got.value.clone()).map(move |data| {
-            Ok(ValueChunk {
+            let chunk = ValueChunk {
                 value_len: got.value_len,
                 range_len: got.value.len() as u64,
                 data,
-            })
+            };
+            traffic.sent(Call::Retrieve, &chunk);
+            Ok(chunk)
         });
         Ok(Response::new(Box::pin(futures_util::stream::iter(
             chunks.collect::<Vec<_>>(),
@@ -249,6 +271,8 @@ impl Node for NodeService {
         &self,
         request: Request<DeleteRequest>,
     ) -> Result<Response<DeleteReply>, Status> {
+        self.traffic.call(Call::Delete);
+        self.traffic.received(Call::Delete, request.get_ref());
         let r = request.into_inner();
         let dev = self.device(r.device)?;
         let _admitted = self.admit(r.fence).await?;
@@ -256,15 +280,21 @@ impl Node for NodeService {
             .delete(&r.key, r.must_exist)
             .await
             .map_err(|e| to_status(&e))?;
-        Ok(Response::new(DeleteReply { existed }))
+        let reply = DeleteReply { existed };
+        self.traffic.sent(Call::Delete, &reply);
+        Ok(Response::new(reply))
     }
 
     async fn exist(&self, request: Request<ExistRequest>) -> Result<Response<ExistReply>, Status> {
+        self.traffic.call(Call::Exist);
+        self.traffic.received(Call::Exist, request.get_ref());
         let r = request.into_inner();
         let dev = self.device(r.device)?;
         let keys: Vec<&[u8]> = r.keys.iter().map(Vec::as_slice).collect();
         let found = dev.exist(&keys).await.map_err(|e| to_status(&e))?;
-        Ok(Response::new(ExistReply { found }))
+        let reply = ExistReply { found };
+        self.traffic.sent(Call::Exist, &reply);
+        Ok(Response::new(reply))
     }
 
     type IterateStream = ChunkStream<IterateChunk>;
@@ -273,6 +303,8 @@ impl Node for NodeService {
         &self,
         request: Request<IterateRequest>,
     ) -> Result<Response<Self::IterateStream>, Status> {
+        self.traffic.call(Call::Iterate);
+        self.traffic.received(Call::Iterate, request.get_ref());
         let r = request.into_inner();
         let dev = self.device(r.device)?;
         let batch = dev
@@ -309,15 +341,20 @@ impl Node for NodeService {
             last: true,
             more: batch.more,
         }));
+        for m in messages.iter().flatten() {
+            self.traffic.sent(Call::Iterate, m);
+        }
         Ok(Response::new(Box::pin(futures_util::stream::iter(
             messages,
         ))))
     }
 
     async fn info(&self, request: Request<DeviceRequest>) -> Result<Response<InfoReply>, Status> {
+        self.traffic.call(Call::Info);
+        self.traffic.received(Call::Info, request.get_ref());
         let dev = self.device(request.into_inner().device)?;
         let i = dev.info().await.map_err(|e| to_status(&e))?;
-        Ok(Response::new(InfoReply {
+        let reply = InfoReply {
             capacity_bytes: i.capacity_bytes,
             used_bytes: i.used_bytes,
             live_bytes: i.live_bytes,
@@ -326,12 +363,17 @@ impl Node for NodeService {
             optimal_value_bytes: i.optimal_value_bytes,
             queue_depth_max: i.queue_depth_max as u64,
             memory_bytes: dev.memory_bytes(),
-        }))
+        };
+        self.traffic.sent(Call::Info, &reply);
+        Ok(Response::new(reply))
     }
 
     async fn sync(&self, request: Request<DeviceRequest>) -> Result<Response<SyncReply>, Status> {
+        self.traffic.call(Call::Sync);
+        self.traffic.received(Call::Sync, request.get_ref());
         let dev = self.device(request.into_inner().device)?;
         dev.sync().await.map_err(|e| to_status(&e))?;
+        self.traffic.sent(Call::Sync, &SyncReply {});
         Ok(Response::new(SyncReply {}))
     }
 
@@ -339,17 +381,33 @@ impl Node for NodeService {
         &self,
         request: Request<CompactRequest>,
     ) -> Result<Response<CompactReply>, Status> {
+        self.traffic.call(Call::Compact);
+        self.traffic.received(Call::Compact, request.get_ref());
         let r = request.into_inner();
         let dev = self.device(r.device)?;
         let s = dev
             .compact(r.budget_bytes)
             .await
             .map_err(|e| to_status(&e))?;
-        Ok(Response::new(CompactReply {
+        let reply = CompactReply {
             segments_freed: s.segments_freed,
             bytes_copied: s.bytes_copied,
             bytes_freed: s.bytes_freed,
-        }))
+        };
+        self.traffic.sent(Call::Compact, &reply);
+        Ok(Response::new(reply))
+    }
+
+    async fn traffic(
+        &self,
+        request: Request<TrafficRequest>,
+    ) -> Result<Response<TrafficReply>, Status> {
+        self.traffic.call(Call::Traffic);
+        self.traffic.received(Call::Traffic, request.get_ref());
+        // The reply counts itself only in the next snapshot.
+        let reply = TrafficReply::from(&self.traffic.snapshot());
+        self.traffic.sent(Call::Traffic, &reply);
+        Ok(Response::new(reply))
     }
 }
 
@@ -368,14 +426,17 @@ pub async fn serve(
 ) -> Result<(), tonic::transport::Error> {
     // Connections accepted here are ours, so the server's own `tcp_nodelay` does not reach
     // them: without it a small answer waits for the peer's delayed ACK (about 40 ms).
+    let traffic = service.traffic();
     let incoming = tokio_stream::StreamExt::map(
         tokio_stream::wrappers::TcpListenerStream::new(listener),
-        |accepted| {
-            accepted.inspect(|stream| {
-                if let Err(e) = stream.set_nodelay(true) {
-                    tracing::warn!(error = %e, "TCP_NODELAY on a node connection");
-                }
-            })
+        move |accepted| {
+            accepted
+                .inspect(|stream| {
+                    if let Err(e) = stream.set_nodelay(true) {
+                        tracing::warn!(error = %e, "TCP_NODELAY on a node connection");
+                    }
+                })
+                .map(|stream| Counted::new(stream, traffic.clone()))
         },
     );
     tonic::transport::Server::builder()

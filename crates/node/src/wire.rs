@@ -338,6 +338,41 @@ pub struct CompactReply {
     pub bytes_freed: u64,
 }
 
+/// Asks a node what it has moved over the network.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TrafficRequest {}
+
+/// One kind of call's counters ([`crate::traffic::CallTraffic`]).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WireCallTraffic {
+    /// The call's name ([`crate::traffic::Call::name`]).
+    #[prost(string, tag = "1")]
+    pub call: String,
+    /// Calls that arrived.
+    #[prost(uint64, tag = "2")]
+    pub calls: u64,
+    /// Message bytes the node took in.
+    #[prost(uint64, tag = "3")]
+    pub received: u64,
+    /// Message bytes the node sent.
+    #[prost(uint64, tag = "4")]
+    pub sent: u64,
+}
+
+/// A node's network counters since it started ([`crate::traffic::TrafficSnapshot`]).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TrafficReply {
+    /// Per kind of call.
+    #[prost(message, repeated, tag = "1")]
+    pub calls: Vec<WireCallTraffic>,
+    /// Bytes read from the node's connections.
+    #[prost(uint64, tag = "2")]
+    pub socket_received: u64,
+    /// Bytes written to them.
+    #[prost(uint64, tag = "3")]
+    pub socket_sent: u64,
+}
+
 /// A device error on the wire, in a failed call's status details: which
 /// [`railstore_device::DeviceError`] it is (`kind`) and the fields that variant has.
 #[derive(Clone, PartialEq, prost::Message)]

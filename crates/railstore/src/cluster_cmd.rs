@@ -74,6 +74,9 @@ pub struct StatusArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Print the running nodes' network counters in Prometheus' text format instead.
+    #[arg(long, conflicts_with = "json")]
+    pub metrics: bool,
 }
 
 #[derive(Args, Debug)]
@@ -160,10 +163,19 @@ pub fn run(what: ClusterCommand) -> Result<()> {
             ClusterCommand::Status(a) => {
                 let mut cluster = connect(&a.cluster.url).await?;
                 let status = ClusterStatus::read(&mut cluster).await?;
-                if a.json {
-                    println!("{}", serde_json::to_string_pretty(&status)?);
+                let network = crate::cluster_network::ask_nodes(&status).await;
+                if a.metrics {
+                    print!("{}", crate::cluster_network::metrics(&network));
+                } else if a.json {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&crate::cluster_network::StatusReport::new(
+                            &status, &network
+                        ))?
+                    );
                 } else {
                     print!("{}", status.render());
+                    print!("{}", crate::cluster_network::render(&network));
                 }
             }
             ClusterCommand::Leave(a) => {

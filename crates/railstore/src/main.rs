@@ -2,6 +2,7 @@
 
 mod admin_cmd;
 mod cluster_cmd;
+mod cluster_network;
 mod cluster_node;
 mod grow_bench_cmd;
 mod grow_cmd;
@@ -121,6 +122,10 @@ enum BenchCommand {
     /// and random reads and writes per request size for rep3, RS(6,3) and RS(10,4); MB/s,
     /// IOPS, latency, CPU user/system per GB, context switches per MB, device amplification.
     CephStudy(Box<volume_bench_cmd::CephStudyBenchArgs>),
+    /// The Ceph study's cluster-network comparison (its Figs. 16-17) across nodes: the same
+    /// volume load with node 0 serving and the other nodes' devices over gRPC on loopback;
+    /// network bytes per byte by mechanism, pattern and request size.
+    Cluster(Box<volume_bench_cmd::ClusterBenchArgs>),
     /// A block trace (MSR, TPC-C, web search, CloudPhysics) replayed onto a volume at its
     /// offsets through NBD, with read/write separation on and off: the read tail.
     VolumeTrace(Box<volume_bench_cmd::VolumeTraceBenchArgs>),
@@ -182,6 +187,7 @@ fn main() -> anyhow::Result<()> {
             BenchCommand::Grow(args) => grow_bench_cmd::run(&args),
             BenchCommand::Scale(args) => scale_bench_cmd::run(&args),
             BenchCommand::CephStudy(args) => volume_bench_cmd::ceph_study(&args),
+            BenchCommand::Cluster(args) => volume_bench_cmd::cluster(&args),
             BenchCommand::VolumeTrace(args) => volume_bench_cmd::volume_trace(&args),
         },
     }

@@ -1,9 +1,11 @@
-//! `railstore bench ceph-study` and `railstore bench volume-trace`: the volume benchmarks of
-//! `railstore_bench::volume_bench`, each on fresh stores in a temporary data folder.
+//! `railstore bench ceph-study`, `railstore bench cluster` and `railstore bench volume-trace`:
+//! the volume benchmarks of `railstore_bench::volume_bench`, each on fresh stores in a
+//! temporary data folder.
 
 use crate::s3_bench_cmd::{read_store_config, TempDir};
 use anyhow::{ensure, Result};
 use clap::Args;
+use railstore_bench::volume_bench::cluster::{self, ClusterArgs};
 use railstore_bench::volume_bench::replay::{self, VolumeTraceArgs};
 use railstore_bench::volume_bench::study::{self, CephStudyArgs};
 use railstore_store::StoreConfig;
@@ -21,6 +23,17 @@ pub struct CephStudyBenchArgs {
     pub config: Option<PathBuf>,
     /// Folder under which the temporary data folder is made (default: the system's temporary
     /// folder). It is removed at the end.
+    #[arg(long)]
+    pub path: Option<PathBuf>,
+}
+
+/// Options of `railstore bench cluster`.
+#[derive(Args, Debug, Clone)]
+pub struct ClusterBenchArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Folder under which the temporary folder of the nodes' devices is made (default: the
+    /// system's temporary folder). It is removed at the end.
     #[arg(long)]
     pub path: Option<PathBuf>,
 }
@@ -52,6 +65,20 @@ pub fn ceph_study(args: &CephStudyBenchArgs) -> Result<()> {
         study::run(&args.study, cfg)
     })?;
     report.write(&args.study.output)
+}
+
+/// Runs `railstore bench cluster`.
+pub fn cluster(args: &ClusterBenchArgs) -> Result<()> {
+    args.cluster.width()?;
+    let parent = args.path.clone().unwrap_or_else(std::env::temp_dir);
+    let dir = TempDir::new(&parent)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let report = rt.block_on(cluster::run(&args.cluster, &dir.0));
+    drop(rt);
+    drop(dir);
+    report?.write(&args.cluster.study.output)
 }
 
 /// Runs `railstore bench volume-trace`.

@@ -103,9 +103,18 @@ impl Inner {
             Mechanism::Split { code, k, m } => {
                 let n = (k + m) as usize;
                 let devs: Vec<usize> = (0..n).map(|i| place.device(i)).collect();
-                // Data shards first among the preferred devices: no decoding when they serve.
+                // Data shards first among the preferred devices: no decoding when they serve;
+                // among the parity shards read in their place, this node's first.
                 let mut order: Vec<usize> = (0..n).filter(|&i| self.io.readable(devs[i])).collect();
-                order.sort_by_key(|&i| (!self.io.prefers(devs[i]), i >= k as usize, i));
+                order.sort_by_cached_key(|&i| {
+                    let parity = i >= k as usize;
+                    (
+                        !self.io.prefers(devs[i]),
+                        parity,
+                        parity && self.io.remote(devs[i]),
+                        i,
+                    )
+                });
                 if order.len() < k as usize {
                     return None;
                 }

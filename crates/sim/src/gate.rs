@@ -183,6 +183,10 @@ impl Device for Gate {
         self.inner.memory_bytes()
     }
 
+    fn remote(&self) -> bool {
+        self.inner.remote()
+    }
+
     fn limits(&self) -> Limits {
         self.inner.limits()
     }

@@ -3,9 +3,12 @@
 //! ([`driver`]):
 //! - [`study`]: `railstore bench ceph-study`, the Ceph SSD study (ceph-ec-ssd-overheads.txt)
 //!   per mechanism, pattern and request size ([`study_report`], [`paper`]);
+//! - [`cluster`]: `railstore bench cluster`, the same load across nodes over gRPC, with the
+//!   cluster network's bytes per byte (the study's §VI-B);
 //! - [`replay`]: `railstore bench volume-trace`, block traces replayed onto a volume at their
 //!   offsets, with read/write separation on and off.
 
+pub mod cluster;
 pub mod driver;
 pub mod paper;
 pub mod replay;

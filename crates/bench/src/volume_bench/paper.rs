@@ -18,6 +18,8 @@ pub enum Metric {
     ContextSwitchesPerMb,
     DeviceWritePerByte,
     DeviceReadPerByte,
+    /// Cluster network bytes per byte (`bench cluster` only).
+    NetworkPerByte,
 }
 
 impl Metric {
@@ -32,6 +34,8 @@ impl Metric {
             Metric::ContextSwitchesPerMb => r.context_switches_per_mb,
             Metric::DeviceWritePerByte => r.device_write_per_byte,
             Metric::DeviceReadPerByte => r.device_read_per_byte,
+            // Not measured on one machine: no value, so no ratio.
+            Metric::NetworkPerByte => r.network_per_byte.unwrap_or(f64::NAN),
         }
     }
 
@@ -45,6 +49,7 @@ impl Metric {
             Metric::ContextSwitchesPerMb => "context switches per MB",
             Metric::DeviceWritePerByte => "device bytes written per byte",
             Metric::DeviceReadPerByte => "device bytes read per byte",
+            Metric::NetworkPerByte => "cluster network bytes per byte",
         }
     }
 
@@ -58,6 +63,7 @@ impl Metric {
             Metric::ContextSwitchesPerMb => "context-switches",
             Metric::DeviceWritePerByte => "write-amplification",
             Metric::DeviceReadPerByte => "read-amplification",
+            Metric::NetworkPerByte => "network",
         }
     }
 }
@@ -73,6 +79,10 @@ pub enum Form {
     MaxRatioToRep3,
     /// The ratio at one request size.
     RatioToRep3At(u64),
+    /// The mean ratio over the request sizes below this one.
+    MeanRatioToRep3Below(u64),
+    /// The mechanism's own value, the most over 1-128 KiB ("up to N x the request size").
+    MostOwn,
 }
 
 impl Form {
@@ -81,6 +91,8 @@ impl Form {
             Form::MeanRatioToRep3 => "x rep3, mean 1-128 KiB".into(),
             Form::MaxRatioToRep3 => "x rep3, most over 1-128 KiB".into(),
             Form::RatioToRep3At(b) => format!("x rep3 at {} KiB", b >> 10),
+            Form::MeanRatioToRep3Below(b) => format!("x rep3, mean below {} KiB", b >> 10),
+            Form::MostOwn => "most over 1-128 KiB".into(),
         }
     }
 
@@ -93,13 +105,21 @@ impl Form {
         pattern: Pattern,
         metric: Metric,
     ) -> Option<f64> {
-        let ratios: Vec<f64> = rows
+        let points = rows
             .iter()
             .filter(|r| r.mechanism == mechanism && r.pattern == pattern)
             .filter(|r| match self {
                 Form::RatioToRep3At(b) => r.request_bytes == b,
+                Form::MeanRatioToRep3Below(b) => r.request_bytes < b,
                 _ => r.request_bytes <= 128 << 10,
-            })
+            });
+        if self == Form::MostOwn {
+            return points
+                .map(|r| metric.of(r))
+                .filter(|v| v.is_finite())
+                .reduce(f64::max);
+        }
+        let ratios: Vec<f64> = points
             .filter_map(|r| {
                 let base = rows.iter().find(|b| {
                     b.mechanism == "rep3"
@@ -334,6 +354,62 @@ pub fn published() -> &'static [Published] {
             form: MeanRatioToRep3,
             value: 29.0 / 3.1,
         },
+        // §VI-B, Fig. 16a: "RS(6,3) and RS(10,4) generate 2.4x and 3.5x more data transfers
+        // over the actual request size than 3-replication, respectively, if the block size is
+        // smaller than 32KB" (private network, writes).
+        Published {
+            source: "Fig. 16a",
+            mechanism: S63,
+            pattern: P,
+            metric: NetworkPerByte,
+            form: MeanRatioToRep3Below(32 << 10),
+            value: 2.4,
+        },
+        Published {
+            source: "Fig. 16a",
+            mechanism: S104,
+            pattern: P,
+            metric: NetworkPerByte,
+            form: MeanRatioToRep3Below(32 << 10),
+            value: 3.5,
+        },
+        // Fig. 16b: "under the random accesses ... RS(6,3) and RS(10,4) transfer 53.3x and
+        // 74.7x more data than 3-replication" (no request size given: set beside the most).
+        Published {
+            source: "Fig. 16b",
+            mechanism: S63,
+            pattern: RW,
+            metric: NetworkPerByte,
+            form: MaxRatioToRep3,
+            value: 53.3,
+        },
+        Published {
+            source: "Fig. 16b",
+            mechanism: S104,
+            pattern: RW,
+            metric: NetworkPerByte,
+            form: MaxRatioToRep3,
+            value: 74.7,
+        },
+        // Fig. 17: for reads "RS(6,3) and RS(10,4) introduce data transfers upto 6.8x and 9.1x
+        // more than that of original request size" (the sub-figure is not named: set beside
+        // sequential reads).
+        Published {
+            source: "Fig. 17",
+            mechanism: S63,
+            pattern: R,
+            metric: NetworkPerByte,
+            form: MostOwn,
+            value: 6.8,
+        },
+        Published {
+            source: "Fig. 17",
+            mechanism: S104,
+            pattern: R,
+            metric: NetworkPerByte,
+            form: MostOwn,
+            value: 9.1,
+        },
         // §I, Fig. 1: "RS(10,4) coding consumes 10.7x more CPU cycles than 3-replication".
         Published {
             source: "Fig. 1",
@@ -373,7 +449,53 @@ mod tests {
             device_write_per_byte: 0.0,
             disk_read_per_byte: None,
             disk_write_per_byte: None,
+            network_per_byte: None,
+            socket_per_byte: None,
+            network_per_byte_by_call: None,
         }
+    }
+
+    #[test]
+    fn network_forms_take_their_own_sizes_and_skip_rows_without_network() {
+        let net = |mut r: Row, n: f64| {
+            r.network_per_byte = Some(n);
+            r
+        };
+        let rows = vec![
+            net(row("rep3", P, 4 << 10, 1.0), 2.0),
+            net(row("rep3", P, 16 << 10, 1.0), 2.0),
+            net(row("rep3", P, 64 << 10, 1.0), 2.0),
+            net(row("split6+3", P, 4 << 10, 1.0), 6.0),
+            net(row("split6+3", P, 16 << 10, 1.0), 4.0),
+            // At 32 KiB and above: not in "below 32 KiB".
+            net(row("split6+3", P, 64 << 10, 1.0), 100.0),
+            net(row("split6+3", R, 4 << 10, 1.0), 1.5),
+            net(row("split6+3", R, 64 << 10, 1.0), 0.75),
+            // Past 128 KiB: not in "most over 1-128 KiB".
+            net(row("split6+3", R, 1 << 20, 1.0), 9.0),
+        ];
+        let below = Form::MeanRatioToRep3Below(32 << 10);
+        assert_eq!(
+            below.ours(&rows, "split6+3", P, Metric::NetworkPerByte),
+            Some((3.0 + 2.0) / 2.0)
+        );
+        assert_eq!(
+            Form::MostOwn.ours(&rows, "split6+3", R, Metric::NetworkPerByte),
+            Some(1.5)
+        );
+        // One machine's rows carry no network figure: no value at all, not a zero.
+        let single = vec![
+            row("rep3", P, 4 << 10, 1.0),
+            row("split6+3", R, 4 << 10, 1.0),
+        ];
+        assert_eq!(
+            below.ours(&single, "split6+3", P, Metric::NetworkPerByte),
+            None
+        );
+        assert_eq!(
+            Form::MostOwn.ours(&single, "split6+3", R, Metric::NetworkPerByte),
+            None
+        );
     }
 
     #[test]

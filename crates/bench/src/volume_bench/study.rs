@@ -16,10 +16,12 @@ use crate::harness::{process_disk_bytes, OutputArgs, Usage};
 use crate::plot::{human_bytes, parse_bytes};
 use crate::progress::bar;
 use anyhow::{bail, ensure, Context, Result};
+use railstore_node::TrafficSnapshot;
 use railstore_redundancy::Mechanism;
 use railstore_store::{Store, StoreConfig};
 use railstore_volume::{VolumeSpec, Volumes};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -249,12 +251,25 @@ pub struct Row {
     /// Bytes the process wrote to disk per byte (as above; what Ceph's study and the anchor
     /// measure at the devices).
     pub disk_write_per_byte: Option<f64>,
+    /// Across nodes (`bench cluster`): bytes on the cluster network (the gRPC messages between
+    /// the serving node and the other nodes, both ways) per byte the client moved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network_per_byte: Option<f64>,
+    /// The same counted on the nodes' sockets (HTTP/2 framing, headers and pings included).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket_per_byte: Option<f64>,
+    /// `network_per_byte` by kind of call (store, retrieve, ...), the calls that moved any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network_per_byte_by_call: Option<BTreeMap<&'static str, f64>>,
 }
+
+/// What the other nodes have moved over the cluster network so far (`bench cluster`).
+pub type NetworkProbe<'a> = &'a (dyn Fn() -> TrafficSnapshot + Send + Sync);
 
 /// Runs the study on a fresh store opened from `cfg` (its data folder must be empty and is
 /// the caller's to remove).
 pub async fn run(args: &CephStudyArgs, cfg: StoreConfig) -> Result<Report> {
-    let plan = args.plan()?;
+    args.plan()?;
     let store_text = format!(
         "{} devices, {}",
         cfg.device_count(),
@@ -265,30 +280,61 @@ pub async fn run(args: &CephStudyArgs, cfg: StoreConfig) -> Result<Report> {
         }
     );
     let store = Store::open(cfg).await.context("opening the store")?;
-    let result = measure(args, &plan, &store).await;
+    run_on(args, store, store_text, None, "ceph-study").await
+}
+
+/// Runs the study on `store` (described by `store_text`) and shuts it down; with `network`,
+/// each point also counts the cluster network's bytes. `title` heads the summary.
+pub async fn run_on(
+    args: &CephStudyArgs,
+    store: Store,
+    store_text: String,
+    network: Option<NetworkProbe<'_>>,
+    title: &'static str,
+) -> Result<Report> {
+    let plan = args.plan()?;
+    let result = measure(args, &plan, &store, network, title).await;
     let shut = store.shutdown().await;
     let rows = result?;
     shut.context("shutting the store down")?;
-    Ok(Report::new(plan, store_text, rows))
+    Ok(Report::new(title, plan, store_text, rows))
 }
 
-async fn measure(args: &CephStudyArgs, plan: &Plan, store: &Store) -> Result<Vec<Row>> {
+async fn measure(
+    args: &CephStudyArgs,
+    plan: &Plan,
+    store: &Store,
+    network: Option<NetworkProbe<'_>>,
+    title: &str,
+) -> Result<Vec<Row>> {
     let export = Exported::start(store, None).await?;
-    let result = measure_volumes(args, plan, store, &export.volumes, export.addr).await;
+    let result = measure_volumes(
+        args,
+        plan,
+        store,
+        &export.volumes,
+        export.addr,
+        network,
+        title,
+    )
+    .await;
     export.stop().await?;
     result
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn measure_volumes(
     args: &CephStudyArgs,
     plan: &Plan,
     store: &Store,
     volumes: &Volumes,
     addr: SocketAddr,
+    network: Option<NetworkProbe<'_>>,
+    title: &str,
 ) -> Result<Vec<Row>> {
     let points = plan.mechanisms.len() * plan.sizes.len() * plan.patterns.len();
     args.output.say(&format!(
-        "ceph-study: {} x {} sizes x {} patterns = {points} points of {} s, {} volumes of {} \
+        "{title}: {} x {} sizes x {} patterns = {points} points of {} s, {} volumes of {} \
          with {} objects, iodepth {}, generator {}",
         plan.mechanisms.join(","),
         plan.sizes.len(),
@@ -300,7 +346,7 @@ async fn measure_volumes(
         plan.iodepth,
         plan.generator
     ));
-    let progress = bar(args.output.quiet, Some(points as u64), "ceph-study");
+    let progress = bar(args.output.quiet, Some(points as u64), title);
     let mut rows = Vec::new();
     for (i, mech) in plan.mechanisms.iter().enumerate() {
         let name = format!("study-{i}-{}", mech.replace('+', "-"));
@@ -334,12 +380,12 @@ async fn measure_volumes(
         for &size in &plan.sizes {
             for &pattern in &plan.patterns {
                 progress.set_message(format!("{mech} {} {}", pattern.name(), human_bytes(size)));
-                let row = point(plan, store, addr, &name, mech, pattern, size).await?;
+                let row = point(plan, store, addr, &name, mech, pattern, size, network).await?;
                 progress.inc(1);
                 progress.suspend(|| {
                     args.output.say(&format!(
                         "{mech:>10} {:>9} {:>7}: {:>9.1} MB/s {:>8.0} IOPS p50 {:>7.0} us p99 \
-                         {:>8.0} us  CPU {:.2}+{:.2} s/GB  {:.0} cs/MB  dev r {:.2} w {:.2}",
+                         {:>8.0} us  CPU {:.2}+{:.2} s/GB  {:.0} cs/MB  dev r {:.2} w {:.2}{}",
                         pattern.name(),
                         human_bytes(size),
                         row.mb_per_s,
@@ -350,7 +396,9 @@ async fn measure_volumes(
                         row.cpu_system_s_per_gb,
                         row.context_switches_per_mb,
                         row.device_read_per_byte,
-                        row.device_write_per_byte
+                        row.device_write_per_byte,
+                        row.network_per_byte
+                            .map_or(String::new(), |n| format!("  net {n:.2}"))
                     ))
                 });
                 ensure!(
@@ -369,6 +417,7 @@ async fn measure_volumes(
     Ok(rows)
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn point(
     plan: &Plan,
     store: &Store,
@@ -377,9 +426,11 @@ async fn point(
     mech: &str,
     pattern: Pattern,
     size: u64,
+    network: Option<NetworkProbe<'_>>,
 ) -> Result<Row> {
     let runtime = Duration::from_secs(plan.runtime_s);
     let dev0 = device_bytes(store).await;
+    let net0 = network.map(|n| n());
     let disk0 = process_disk_bytes();
     let usage0 = Usage::process();
     let m = match plan.generator {
@@ -410,6 +461,9 @@ async fn point(
         }
     };
     let server = Usage::process().since(&usage0).minus(&m.client);
+    // Before the device counters are read: reading them asks every device for its figures,
+    // remote ones over the network, which is not the load's traffic.
+    let net = network.zip(net0).map(|(n, before)| n().since(&before));
     let dev1 = device_bytes(store).await;
     let disk = disk0.zip(process_disk_bytes()).map(|(a, b)| {
         (
@@ -440,5 +494,14 @@ async fn point(
         device_write_per_byte: dev1.1.saturating_sub(dev0.1) as f64 / bytes,
         disk_read_per_byte: disk.map(|d| d.0 / bytes),
         disk_write_per_byte: disk.map(|d| d.1 / bytes),
+        network_per_byte: net.as_ref().map(|n| n.message_bytes() as f64 / bytes),
+        socket_per_byte: net.as_ref().map(|n| n.socket_bytes() as f64 / bytes),
+        network_per_byte_by_call: net.as_ref().map(|n| {
+            n.calls
+                .iter()
+                .filter(|c| c.received + c.sent > 0)
+                .map(|c| (c.call.name(), (c.received + c.sent) as f64 / bytes))
+                .collect()
+        }),
     })
 }

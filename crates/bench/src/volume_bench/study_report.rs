@@ -24,6 +24,8 @@ pub struct Beside {
 /// Everything the study measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// Which benchmark: `ceph-study` (one machine) or `cluster` (across nodes).
+    pub title: &'static str,
     pub command: String,
     pub machine: String,
     pub store: String,
@@ -33,7 +35,7 @@ pub struct Report {
 }
 
 impl Report {
-    pub(super) fn new(plan: Plan, store: String, rows: Vec<Row>) -> Report {
+    pub(super) fn new(title: &'static str, plan: Plan, store: String, rows: Vec<Row>) -> Report {
         let beside_paper = paper::published()
             .iter()
             .filter_map(|p| {
@@ -49,6 +51,7 @@ impl Report {
             })
             .collect();
         Report {
+            title,
             command: std::env::args().collect::<Vec<_>>().join(" "),
             machine: machine_description(),
             store,
@@ -85,12 +88,12 @@ impl Report {
             "mechanism,pattern,request_bytes,generator,seconds,ops,bytes,errors,iops,mb_per_s,\
              lat_mean_us,lat_p50_us,lat_p99_us,lat_p999_us,cpu_user_s_per_gb,cpu_system_s_per_gb,\
              context_switches_per_mb,device_read_per_byte,device_write_per_byte,\
-             disk_read_per_byte,disk_write_per_byte\n",
+             disk_read_per_byte,disk_write_per_byte,network_per_byte,socket_per_byte\n",
         );
         for r in &self.rows {
             let _ = writeln!(
                 s,
-                "{},{},{},{},{:.3},{},{},{},{:.1},{:.2},{:.1},{:.1},{:.1},{:.1},{:.4},{:.4},{:.2},{:.3},{:.3},{},{}",
+                "{},{},{},{},{:.3},{},{},{},{:.1},{:.2},{:.1},{:.1},{:.1},{:.1},{:.4},{:.4},{:.2},{:.3},{:.3},{},{},{},{}",
                 r.mechanism,
                 r.pattern.name(),
                 r.request_bytes,
@@ -111,16 +114,23 @@ impl Report {
                 r.device_read_per_byte,
                 r.device_write_per_byte,
                 opt(r.disk_read_per_byte),
-                opt(r.disk_write_per_byte)
+                opt(r.disk_write_per_byte),
+                opt(r.network_per_byte),
+                opt(r.socket_per_byte)
             );
         }
         s
     }
 
+    /// Whether the rows count the cluster network.
+    fn across_nodes(&self) -> bool {
+        self.rows.iter().any(|r| r.network_per_byte.is_some())
+    }
+
     fn summary(&self) -> String {
         let p = &self.plan;
         let mut s = String::new();
-        let _ = writeln!(s, "## ceph-study results\n");
+        let _ = writeln!(s, "## {} results\n", self.title);
         let _ = writeln!(s, "- command: `{}`", self.command);
         let _ = writeln!(s, "- machine: {}", self.machine);
         let _ = writeln!(
@@ -139,24 +149,34 @@ impl Report {
             "- CPU and context switches: the server process's (getrusage) per GB / MB the \
              client moved; dev: pieces read and written (headers and the rails journal \
              included, the store's counters) per byte the client moved; disk: what the \
-             process read and wrote at the block layer (/proc/self/io) per byte\n"
+             process read and wrote at the block layer (/proc/self/io) per byte{}\n",
+            if self.across_nodes() {
+                "; net: gRPC message bytes between the serving node and the others (both \
+                 ways) per byte, and socket: the same on the nodes' connections with HTTP/2 \
+                 framing"
+            } else {
+                ""
+            }
         );
+        let net = self.across_nodes();
         let _ = writeln!(
             s,
             "| mechanism | pattern | request | MB/s | IOPS | p50 us | p99 us | p99.9 us | \
              CPU user s/GB | CPU sys s/GB | cs/MB | dev read/B | dev write/B | disk read/B | \
-             disk write/B |"
+             disk write/B |{}",
+            if net { " net/B | socket/B |" } else { "" }
         );
         let _ = writeln!(
             s,
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- \
-             | --- |"
+             | --- |{}",
+            if net { " --- | --- |" } else { "" }
         );
         for r in &self.rows {
             let _ = writeln!(
                 s,
                 "| {} | {} | {} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.0} | \
-                 {:.2} | {:.2} | {} | {} |",
+                 {:.2} | {:.2} | {} | {} |{}",
                 r.mechanism,
                 r.pattern.name(),
                 human_bytes(r.request_bytes),
@@ -171,7 +191,16 @@ impl Report {
                 r.device_read_per_byte,
                 r.device_write_per_byte,
                 opt(r.disk_read_per_byte),
-                opt(r.disk_write_per_byte)
+                opt(r.disk_write_per_byte),
+                if net {
+                    format!(
+                        " {} | {} |",
+                        opt(r.network_per_byte),
+                        opt(r.socket_per_byte)
+                    )
+                } else {
+                    String::new()
+                }
             );
         }
         if !self.beside_paper.is_empty() {
@@ -206,7 +235,7 @@ impl Report {
     /// mechanism (the paper's Figs. 5-17 that apply to one node).
     fn plots(&self, out: &std::path::Path) -> Result<Vec<std::path::PathBuf>> {
         let mut files = Vec::new();
-        let metrics = [
+        let mut metrics = vec![
             Metric::MbPerS,
             Metric::LatP99Us,
             Metric::CpuSPerGb,
@@ -214,8 +243,11 @@ impl Report {
             Metric::DeviceWritePerByte,
             Metric::DeviceReadPerByte,
         ];
+        if self.across_nodes() {
+            metrics.push(Metric::NetworkPerByte);
+        }
         for &pattern in &self.plan.patterns {
-            for metric in metrics {
+            for &metric in &metrics {
                 let series: Vec<Series> = self
                     .plan
                     .mechanisms

@@ -349,6 +349,10 @@ impl Device for Separated {
         self.st().inner.memory_bytes()
     }
 
+    fn remote(&self) -> bool {
+        self.st().inner.remote()
+    }
+
     /// The device's limits; with the journal, values are shorter by a journal record's
     /// overhead and the longest key, so every value this device accepts can be journalled on
     /// any device of the array.

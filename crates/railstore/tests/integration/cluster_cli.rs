@@ -167,6 +167,31 @@ fn three_nodes_form_a_cluster_and_a_lost_one_is_seen() {
         });
     }
 
+    // Each node counted the probe's store and retrieve on its cluster network.
+    let s = status(&url);
+    for name in ["n0", "n1", "n2"] {
+        let n = &s["network"][name];
+        let store = &n["calls"]["store"];
+        assert_eq!(store[0], 1, "{name}: {n:#}");
+        assert!(
+            store[1].as_u64().unwrap() > ("probe".len() + name.len()) as u64,
+            "{name}: {n:#}"
+        );
+        assert_eq!(n["calls"]["retrieve"][0], 1, "{name}: {n:#}");
+        assert!(
+            n["socket_received"].as_u64() >= n["received"].as_u64(),
+            "{n:#}"
+        );
+    }
+    let (ok, metrics) = cli(&["cluster", "status", "--cluster", &url, "--metrics"]);
+    assert!(ok, "{metrics}");
+    for name in ["n0", "n1", "n2"] {
+        let series = format!("railstore_node_calls_total{{node=\"{name}\",call=\"store\"}} 1");
+        assert!(metrics.contains(&series), "{metrics}");
+    }
+    let (ok, text) = cli(&["cluster", "status", "--cluster", &url]);
+    assert!(ok && text.contains("cluster network"), "{text}");
+
     // A second process under a running node's name is refused before it changes anything.
     let n2_address = s["map"]["members"]["n2"]["address"].clone();
     let (ok, out) = serve_to_the_end(&url, "n2", &dir.path().join("n2-again"), &config);

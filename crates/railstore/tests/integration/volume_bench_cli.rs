@@ -259,3 +259,101 @@ fn volume_trace_replays_with_and_without_separation_and_records_what_it_served()
     assert_eq!(report["runs"][0]["reads"]["count"], 50, "{report:#}");
     assert_eq!(trace_requests(&again), trace_requests(&rec_on));
 }
+
+/// `railstore bench cluster`: three nodes of two devices, node 0 serving. Each object has as
+/// many pieces on every node (rep3: one, split4+2: two), so two thirds of what is written
+/// crosses the network, rep3 reads take node 0's own copy, and no read brings more over the
+/// network than the devices gave; impossible layouts are refused before anything starts.
+#[test]
+fn bench_cluster_counts_the_network_between_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let (report, _) = json_report(
+        Command::new(env!("CARGO_BIN_EXE_railstore"))
+            .args([
+                "bench",
+                "cluster",
+                "--nodes",
+                "3",
+                "--devices-per-node",
+                "2",
+                "--mechanisms",
+                "rep3,split4+2",
+                "--sizes",
+                "64KiB",
+                "--volume-size",
+                "16MiB",
+                "--object-size",
+                "1MiB",
+                "--runtime",
+                "1",
+                "--iodepth",
+                "8",
+                "--generator",
+                "own",
+                "--quiet",
+                "--json",
+            ])
+            .arg("--path")
+            .arg(dir.path())
+            .arg("--out")
+            .arg(&out_dir),
+    );
+    assert_eq!(report["title"], "cluster");
+    let rows = report["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 2 * 4, "{report:#}");
+    for r in rows {
+        let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r:#}"));
+        let call = |c: &str| r["network_per_byte_by_call"][c].as_f64().unwrap_or(0.0);
+        let what = format!("{} {}", r["mechanism"], r["pattern"]);
+        assert_eq!(r["errors"], 0, "{what}: {r:#}");
+        assert!(
+            f("socket_per_byte") >= f("network_per_byte"),
+            "{what}: {r:#}"
+        );
+        if r["pattern"].as_str().unwrap().contains("write") {
+            let share = call("store") / f("device_write_per_byte");
+            assert!(
+                (0.6..0.75).contains(&share),
+                "{what}: {share:.3} of the device writes crossed the network, not 2/3: {r:#}"
+            );
+        } else {
+            assert_eq!(call("store"), 0.0, "{what}: a read stored: {r:#}");
+            if r["mechanism"] == "rep3" {
+                // Every object has a copy on node 0, which reads its own first.
+                assert_eq!(call("retrieve"), 0.0, "{what}: a remote copy read: {r:#}");
+            } else {
+                // Two of a split object's four data shards are on other nodes.
+                assert!(
+                    call("retrieve") > 0.0,
+                    "{what}: nothing read remotely: {r:#}"
+                );
+            }
+            assert!(
+                call("retrieve") <= f("device_read_per_byte") * 1.01,
+                "{what}: more came over the network than the devices gave: {r:#}"
+            );
+        }
+    }
+    let summary = std::fs::read_to_string(out_dir.join("summary.md")).unwrap();
+    assert!(summary.contains("## cluster results"), "{summary}");
+    assert!(summary.contains("net/B"), "{summary}");
+    assert!(out_dir.join("network-write.svg").exists());
+
+    let out = Command::new(env!("CARGO_BIN_EXE_railstore"))
+        .args([
+            "bench",
+            "cluster",
+            "--nodes",
+            "2",
+            "--devices-per-node",
+            "3",
+            "--mechanisms",
+            "split4+2",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "an impossible layout was accepted");
+    assert!(stderr.contains("any one node may be lost"), "{stderr}");
+}

@@ -3,6 +3,7 @@
 mod crash;
 mod faults;
 mod fixtures;
+mod locality;
 mod model;
 mod relocate;
 mod scan;
