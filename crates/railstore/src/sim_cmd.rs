@@ -9,13 +9,14 @@ use std::time::Instant;
 #[derive(clap::Args, Debug)]
 pub struct SimArgs {
     /// Seeds to run, over the configurations (seed s runs configuration s mod 16 with
-    /// `--config all`). Default: 100, or 1 with --seed.
+    /// `--config all`, s mod 8 with `--config nodes`). Default: 100, or 1 with --seed.
     #[arg(long)]
     seeds: Option<u64>,
     /// The first seed (alone: replay exactly this seed).
     #[arg(long)]
     seed: Option<u64>,
-    /// A configuration (`rep3-sep-n6`, `split3+3-nosep-n12`, …; see docs/sim.md) or `all`.
+    /// A configuration (`rep3-sep-n6`, `split3+3-nosep-n12`, `hybrid-sep-n6-3nodes`, …; see
+    /// docs/sim.md), `all` (the one-machine ones) or `nodes` (the multi-node ones).
     #[arg(long, default_value = "all")]
     config: String,
     /// Steps per seed.
@@ -25,7 +26,8 @@ pub struct SimArgs {
     /// report, never return wrong data.
     #[arg(long)]
     beyond: bool,
-    /// A deliberate defect that the checker must catch (`rollback`, `lying-sync`).
+    /// A deliberate defect that the checker must catch (`rollback`, `lying-sync`;
+    /// `node-back-current` in the multi-node configurations).
     #[arg(long)]
     mutation: Option<String>,
     /// Run each seed this many times (the store's own randomness can make a failure show
@@ -44,31 +46,37 @@ pub struct SimArgs {
 }
 
 pub fn run(args: &SimArgs) -> Result<()> {
-    let mut configs: Vec<SimConfig> = if args.config == "all" {
-        railstore_sim::configurations(args.steps)
-    } else {
-        match railstore_sim::configuration(&args.config, args.steps) {
+    let mut configs: Vec<SimConfig> = match args.config.as_str() {
+        "all" => railstore_sim::configurations(args.steps),
+        "nodes" => railstore_sim::node_configurations(args.steps),
+        name => match railstore_sim::configuration(name, args.steps) {
             Some(c) => vec![c],
             None => {
                 let names: Vec<String> = railstore_sim::configurations(args.steps)
                     .iter()
+                    .chain(&railstore_sim::node_configurations(args.steps))
                     .map(SimConfig::name)
                     .collect();
                 bail!(
-                    "unknown configuration {:?}; the configurations are all, {}",
+                    "unknown configuration {:?}; the configurations are all, nodes, {}",
                     args.config,
                     names.join(", ")
                 );
             }
-        }
+        },
     };
     let mutation = match &args.mutation {
         None => None,
         Some(m) => match Mutation::parse(m) {
             Some(m) => Some(m),
-            None => bail!("unknown mutation {m:?}: rollback or lying-sync"),
+            None => bail!("unknown mutation {m:?}: rollback, lying-sync or node-back-current"),
         },
     };
+    if mutation == Some(Mutation::NodeBackAsCurrent) && configs.iter().any(|c| c.nodes < 2) {
+        bail!(
+            "--mutation node-back-current needs nodes: --config nodes or a *-3nodes configuration"
+        );
+    }
     for c in &mut configs {
         c.beyond = args.beyond;
         c.mutation = mutation;

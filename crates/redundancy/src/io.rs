@@ -91,7 +91,7 @@ pub struct DeviceSet {
 /// One device of the set and its health.
 struct Member {
     device: Arc<dyn Device>,
-    /// The device is on another node (asked once: it does not change).
+    /// The device is on another node (asked once per member: a replaced device gets a new one).
     remote: bool,
     failed: AtomicBool,
     /// A replacement being rebuilt: it takes writes and serves no reads.

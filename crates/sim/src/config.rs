@@ -69,6 +69,10 @@ pub enum Mutation {
     /// While operations run, `sync` on every device returns success without flushing the
     /// device's volatile cache; a power cut then drops acknowledged writes.
     LyingSync,
+    /// Multi-node: a node that was down while objects were overwritten comes back, and its
+    /// devices are marked healthy in the array's state file behind the store's back, so the
+    /// store takes their old copies as current.
+    NodeBackAsCurrent,
 }
 
 impl Mutation {
@@ -77,14 +81,19 @@ impl Mutation {
         match self {
             Mutation::UndetectableRollback => "rollback",
             Mutation::LyingSync => "lying-sync",
+            Mutation::NodeBackAsCurrent => "node-back-current",
         }
     }
 
     /// The mutation called `name`.
     pub fn parse(name: &str) -> Option<Mutation> {
-        [Mutation::UndetectableRollback, Mutation::LyingSync]
-            .into_iter()
-            .find(|m| m.name() == name)
+        [
+            Mutation::UndetectableRollback,
+            Mutation::LyingSync,
+            Mutation::NodeBackAsCurrent,
+        ]
+        .into_iter()
+        .find(|m| m.name() == name)
     }
 }
 
@@ -106,19 +115,43 @@ pub struct SimConfig {
     pub mutation: Option<Mutation>,
     /// Print what happens (the plan's actions, every answer, every check) to stderr.
     pub verbose: bool,
+    /// Machines the devices are spread over (1: one machine). With more, the devices are
+    /// placed with the node as the failure domain, as a cluster's map places them, and a
+    /// node can go down whole mid-step and come back at the next stop.
+    pub nodes: usize,
 }
 
 /// Steps per seed unless told otherwise.
 pub const DEFAULT_STEPS: usize = 24;
 
 impl SimConfig {
-    /// The configuration's name: `<policy>-<sep|nosep>-n<devices>`, e.g. `split3+3-sep-n12`.
+    /// The configuration's name: `<policy>-<sep|nosep>-n<devices>[-<nodes>nodes]`, e.g.
+    /// `split3+3-sep-n12`, `rep3-nosep-n6-3nodes`.
     pub fn name(&self) -> String {
         format!(
-            "{}-{}-n{}",
+            "{}-{}-n{}{}",
             self.policy.name(),
             if self.separation { "sep" } else { "nosep" },
-            self.devices
+            self.devices,
+            if self.nodes > 1 {
+                format!("-{}nodes", self.nodes)
+            } else {
+                String::new()
+            }
+        )
+    }
+
+    /// The array devices on each node (`nodes[i]` holds node i's), placed as the cluster map
+    /// places them (`railstore_cluster::domain::arrange`); one node of every device when
+    /// the configuration has one machine.
+    pub fn node_devices(&self) -> Vec<Vec<usize>> {
+        if self.nodes <= 1 {
+            return vec![(0..self.devices).collect()];
+        }
+        railstore_cluster::domain::arrange(
+            self.nodes,
+            self.devices / self.nodes,
+            self.group_width(),
         )
     }
 
@@ -218,6 +251,7 @@ pub fn configurations(steps: usize) -> Vec<SimConfig> {
                     beyond: false,
                     mutation: None,
                     verbose: false,
+                    nodes: 1,
                 });
             }
         }
@@ -225,7 +259,20 @@ pub fn configurations(steps: usize) -> Vec<SimConfig> {
     out
 }
 
-/// The configuration called `name` (see [`SimConfig::name`]).
+/// The multi-node configurations: the four policies, separation on and off, six devices on
+/// three nodes of two (a node's loss stays within every policy's tolerance).
+pub fn node_configurations(steps: usize) -> Vec<SimConfig> {
+    configurations(steps)
+        .into_iter()
+        .filter(|c| c.devices == 6)
+        .map(|c| SimConfig { nodes: 3, ..c })
+        .collect()
+}
+
+/// The configuration called `name` (see [`SimConfig::name`]), of either list.
 pub fn configuration(name: &str, steps: usize) -> Option<SimConfig> {
-    configurations(steps).into_iter().find(|c| c.name() == name)
+    configurations(steps)
+        .into_iter()
+        .chain(node_configurations(steps))
+        .find(|c| c.name() == name)
 }

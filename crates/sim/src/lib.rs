@@ -19,7 +19,10 @@ pub mod report;
 pub mod volume;
 mod world;
 
-pub use config::{configuration, configurations, Mutation, PolicyKind, SimConfig, DEFAULT_STEPS};
+pub use config::{
+    configuration, configurations, node_configurations, Mutation, PolicyKind, SimConfig,
+    DEFAULT_STEPS,
+};
 pub use report::{ConfigSummary, Failure, SeedReport, Stats, Summary};
 
 /// A seed for something numbered `n` within run `seed` (segments, device fault generators).

@@ -118,6 +118,18 @@ pub enum MidFault {
         /// Devices that stop.
         devices: Vec<usize>,
     },
+    /// Node `node` goes down (a crash, a power cut or a partition: from the array's side all
+    /// the same) before device operation number `after_device_ops`: every one of its devices
+    /// stops answering at once. It comes back at the step's stop ([`Stop::returns`]) with
+    /// what its devices had made durable.
+    NodeDown {
+        /// Device operations before the node goes.
+        after_device_ops: u64,
+        /// The node.
+        node: usize,
+        /// Its devices.
+        devices: Vec<usize>,
+    },
 }
 
 /// How the store goes down at a stop (when no crash during the step took it down already).
@@ -157,9 +169,10 @@ pub enum Offline {
     },
 }
 
-/// Everything done while the store is down, in this order: the store goes down, repairs (of
-/// devices broken at earlier stops), snapshots, devices swapped (stale images back, devices
-/// wiped), a flaky device, offline commands, then the store opens again.
+/// Everything done while the store is down, in this order: the store goes down, a node that
+/// was down comes back, repairs (of devices broken at earlier stops), snapshots, devices
+/// swapped (stale images back, devices wiped), a flaky device, offline commands, then the
+/// store opens again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stop {
     /// How it goes down (ignored when a crash during the step took it down).
@@ -178,6 +191,10 @@ pub struct Stop {
     /// Devices rebuilt (onto an empty device each), one at a time; the harness also rebuilds
     /// any device the store reported failed.
     pub repair: Vec<usize>,
+    /// The devices of a node that went down during the step, back as it left them (what
+    /// reached their stable storage), first of all: the store must not take them as current
+    /// if they missed writes.
+    pub returns: Vec<usize>,
     /// Mutation: copy every device.
     pub rollback_snapshot: bool,
     /// Mutation: put every device back to the copy, identity records kept current.
@@ -194,6 +211,7 @@ impl Stop {
             flaky: None,
             offline: Vec::new(),
             repair: Vec::new(),
+            returns: Vec::new(),
             rollback_snapshot: false,
             rollback: false,
         }
@@ -514,6 +532,9 @@ pub fn generate(cfg: &SimConfig, seed: u64) -> Plan {
     let mut volume = ChaCha8Rng::seed_from_u64(seed ^ 0x564f_4c55_4d45_0017);
     // And grows and drains.
     let mut relayout = ChaCha8Rng::seed_from_u64(seed ^ 0x4752_4f57_0016_0005);
+    // And nodes going down (multi-node configurations only).
+    let mut nodes_rng = ChaCha8Rng::seed_from_u64(seed ^ 0x4e4f_4445_5330_0018);
+    let node_devices = cfg.node_devices();
     let mut b = Budget {
         tolerance: cfg.tolerance(),
         // Faults may land on the devices a grow adds too (the world skips those on devices
@@ -557,6 +578,44 @@ pub fn generate(cfg: &SimConfig, seed: u64) -> Plan {
                 steps.push(step);
                 continue;
             }
+            Some(Mutation::NodeBackAsCurrent) if node_devices.len() > 1 => {
+                // Half the keys written, overwritten while node 0 is down, then read.
+                let keys = 0..KEYS.len() / 2;
+                match i {
+                    0 | 2 => {
+                        step.ops = keys
+                            .map(|key| {
+                                let vid = p.vid();
+                                let len = p.rng.gen_range(1..=4096);
+                                Op::Put {
+                                    key,
+                                    vid,
+                                    body: p.segment(len),
+                                }
+                            })
+                            .collect();
+                        if i == 2 {
+                            step.mid = Some(MidFault::NodeDown {
+                                after_device_ops: 1,
+                                node: 0,
+                                devices: node_devices[0].clone(),
+                            });
+                            let mut s = Stop::new(StopHow::Clean);
+                            s.returns = node_devices[0].clone();
+                            step.stop = Some(s);
+                        }
+                    }
+                    3 => {
+                        step.ops = keys.map(|key| Op::Get { key, range: None }).collect();
+                    }
+                    _ => {}
+                }
+                step.volume.clear();
+                steps.push(step);
+                continue;
+            }
+            // One machine: no node to bring back; the plan is the ordinary one.
+            Some(Mutation::NodeBackAsCurrent) => {}
             Some(Mutation::LyingSync) => {
                 if i % 5 == 4 {
                     step.mid = Some(MidFault::Crash {
@@ -626,10 +685,31 @@ pub fn generate(cfg: &SimConfig, seed: u64) -> Plan {
                     after_device_ops: p.trigger(),
                     devices,
                 });
+            } else if let Some((node, devices)) = node_down(&mut nodes_rng, &node_devices, &b) {
+                b.broken.extend(devices.iter().copied());
+                step.mid = Some(MidFault::NodeDown {
+                    after_device_ops: nodes_rng.gen_range(1..=300),
+                    node,
+                    devices: devices.clone(),
+                });
+                // The node is back by the next open.
+                let how = p.stop_how();
+                let mut s = p.stop(how, &mut b, cfg);
+                s.returns = devices;
+                step.stop = Some(s);
             }
-            // Before the stop's faults: the online device is whole again when they come.
-            step.online = online_action(&mut online, &b);
-            if p.rng.gen_range(0..100) < 15 {
+            // Before the stop's faults: the online device is whole again when they come. Not
+            // a device failed and replaced while a node is down: the node's stop may already
+            // have counted the devices broken so far as repaired.
+            step.online = match online_action(&mut online, &b) {
+                Some(Online::FailReplace(_))
+                    if matches!(step.mid, Some(MidFault::NodeDown { .. })) =>
+                {
+                    None
+                }
+                action => action,
+            };
+            if step.stop.is_none() && p.rng.gen_range(0..100) < 15 {
                 let how = p.stop_how();
                 step.stop = Some(p.stop(how, &mut b, cfg));
             }
@@ -647,6 +727,24 @@ pub fn generate(cfg: &SimConfig, seed: u64) -> Plan {
         partial_when_full,
         steps,
     }
+}
+
+/// A node to take down in a multi-node configuration (about one step in ten): one none of
+/// whose devices is broken, when its devices fit in what the tolerance has left.
+fn node_down(
+    rng: &mut ChaCha8Rng,
+    nodes: &[Vec<usize>],
+    b: &Budget,
+) -> Option<(usize, Vec<usize>)> {
+    if nodes.len() < 2 || b.breached || !rng.gen_bool(0.1) {
+        return None;
+    }
+    let whole: Vec<usize> = (0..nodes.len())
+        .filter(|&n| nodes[n].iter().all(|d| !b.broken.contains(d)))
+        .filter(|&n| b.broken.len() + nodes[n].len() <= b.tolerance)
+        .collect();
+    let node = *whole.get(rng.gen_range(0..whole.len().max(1)))?;
+    Some((node, nodes[node].clone()))
 }
 
 /// An operator's action for a step without a crash, from a stream of its own (so the rest of a

@@ -516,6 +516,11 @@ impl<'a> World<'a> {
             Some(MidFault::FailStop {
                 after_device_ops,
                 devices,
+            })
+            | Some(MidFault::NodeDown {
+                after_device_ops,
+                devices,
+                ..
             }) => gate.arm_fail(
                 *after_device_ops,
                 self.present(devices)
@@ -589,7 +594,13 @@ impl<'a> World<'a> {
                     }
                     Some(MidFault::FailStop { devices, .. }) => {
                         gate.fire_fail_now();
-                        self.fail_stopped(&self.present(devices));
+                        self.fail_stopped(&self.present(devices), "fail-stop");
+                    }
+                    Some(MidFault::NodeDown { node, devices, .. }) => {
+                        gate.fire_fail_now();
+                        self.log(format!("node {node} down: devices {devices:?}"));
+                        self.stats.fault("node-down");
+                        self.fail_stopped(&self.present(devices), "node-device-down");
                     }
                     None => {}
                 }
@@ -649,13 +660,58 @@ impl<'a> World<'a> {
             .collect()
     }
 
-    fn fail_stopped(&mut self, devices: &[usize]) {
+    /// `devices` stopped answering (counted in the stats as `what`).
+    fn fail_stopped(&mut self, devices: &[usize], what: &'static str) {
         for d in devices {
             self.device_fault = true;
             self.disks[*d].dead = true;
             self.broken.insert(*d);
-            self.stats.fault("fail-stop");
+            self.stats.fault(what);
         }
+    }
+
+    /// A node that was down is back: its devices answer again with what they had made
+    /// durable (their volatile caches are gone with the node). They stay broken for the
+    /// planner's budget until repaired: the store must find out by itself whether they missed
+    /// writes.
+    fn node_returns(&mut self, devices: &[usize]) {
+        if devices.is_empty() {
+            return;
+        }
+        let caches: Vec<Arc<FaultyDevice>> = devices
+            .iter()
+            .map(|&d| self.disks[d].cache.clone())
+            .collect();
+        self.util.block_on(async move {
+            for c in caches {
+                c.restart().await;
+            }
+        });
+        for &d in devices {
+            self.disks[d].dead = false;
+        }
+        self.log(format!("node back: devices {devices:?}"));
+        self.stats.fault("node-return");
+        if self.cfg.mutation == Some(Mutation::NodeBackAsCurrent) {
+            self.mark_healthy_behind_the_stores_back(devices);
+        }
+    }
+
+    /// Mutation: `devices` healthy again in the array's state file, as if they had missed
+    /// nothing.
+    fn mark_healthy_behind_the_stores_back(&mut self, devices: &[usize]) {
+        let path = self.store_cfg.data_dir.join("array.json");
+        let text = std::fs::read_to_string(&path).expect("the array's state file");
+        let mut state: serde_json::Value = serde_json::from_str(&text).expect("its JSON");
+        for &d in devices {
+            let entry = &mut state["devices"][d];
+            entry["health"] = "ok".into();
+            if let Some(e) = entry.as_object_mut() {
+                e.remove("reason");
+            }
+        }
+        std::fs::write(&path, serde_json::to_vec(&state).expect("JSON")).expect("writing it");
+        self.stats.fault("mutation-node-back-current");
     }
 
     fn mid_crash(&mut self, power: bool) -> Flow {
@@ -666,7 +722,7 @@ impl<'a> World<'a> {
         let dead: Vec<usize> = (0..self.disks.len())
             .filter(|d| self.disks[*d].cache.is_failed() && !self.disks[*d].dead)
             .collect();
-        self.fail_stopped(&dead);
+        self.fail_stopped(&dead, "fail-stop");
         self.down(if power {
             StopHow::PowerCut
         } else {
@@ -798,6 +854,7 @@ impl<'a> World<'a> {
         if !already_down {
             self.down(stop.how)?;
         }
+        self.node_returns(&self.present(&stop.returns));
         if !self.breached {
             for d in self.present(&stop.repair) {
                 self.rebuild(d)?;

@@ -6,8 +6,8 @@
 use railstore_sim::known::{self, Context, Kind};
 use railstore_sim::plan::{self, MidFault, Op};
 use railstore_sim::{
-    configuration, configurations, run_seed, run_seeds, Mutation, SeedReport, SimConfig,
-    DEFAULT_STEPS,
+    configuration, configurations, node_configurations, run_seed, run_seeds, Mutation, SeedReport,
+    SimConfig, DEFAULT_STEPS,
 };
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -37,6 +37,14 @@ fn run_clean(configs: &[SimConfig], seeds: std::ops::Range<u64>, what: &str) -> 
     reports
 }
 
+/// Faults of kind `what` the seeds injected, all together.
+fn faults(reports: &[SeedReport], what: &str) -> u64 {
+    reports
+        .iter()
+        .map(|r| r.stats.faults.get(what).copied().unwrap_or(0))
+        .sum()
+}
+
 /// A few hundred seeds, every configuration, faults within tolerance: nothing acknowledged
 /// is lost or undone, except where a known bug says so.
 #[test]
@@ -47,18 +55,49 @@ fn seeds_within_tolerance_find_no_new_failure() {
     assert!(steps > 480 * DEFAULT_STEPS as u64 / 2, "{steps} steps");
     // Arrays grew and drained (offline and while serving) among the faults, and their moves
     // ran to the end.
-    let count = |what: &str| -> u64 {
-        reports
-            .iter()
-            .map(|r| r.stats.faults.get(what).copied().unwrap_or(0))
-            .sum()
-    };
+    let count = |what| faults(&reports, what);
     let (grown, drained) = (count("grown"), count("drained"));
     let online = count("online-drain");
     assert!(
         grown >= 100 && drained >= 20 && online >= 10,
         "{grown} grows, {drained} drains ({online} started online)"
     );
+}
+
+/// Multi-node: six devices on three nodes placed with the node as the failure domain; whole
+/// nodes go down mid-step and come back (as their devices left them) at the stop after, among
+/// the other faults. Nothing acknowledged is lost or undone; a node back with stale devices is
+/// not taken as current (the model would see old data), and the layout is one the cluster map
+/// would accept.
+#[test]
+fn seeds_with_nodes_going_down_find_no_new_failure() {
+    use railstore_cluster::domain::{node_loss, node_of};
+    let configs = node_configurations(DEFAULT_STEPS);
+    assert_eq!(configs.len(), 8);
+    for cfg in &configs {
+        let nodes = cfg.node_devices();
+        assert_eq!(nodes.len(), 3, "{}", cfg.name());
+        let layout = cfg
+            .store_config(
+                std::path::Path::new("/"),
+                std::time::Duration::from_millis(100),
+                true,
+            )
+            .manager;
+        let loss = node_loss(
+            &layout.layout(cfg.devices).unwrap(),
+            &node_of(&nodes),
+            &layout.policy.mechanisms(),
+        )
+        .unwrap();
+        assert!(loss.within(), "{}: {loss:?}", cfg.name());
+    }
+    let reports = run_clean(&configs, 20_000..20_240, "nodes going down");
+    let (down, back) = (
+        faults(&reports, "node-down"),
+        faults(&reports, "node-return"),
+    );
+    assert!(down >= 60 && back >= 40, "{down} nodes down, {back} back");
 }
 
 /// Beyond tolerance: the store refuses (an error, a refused open) or reports damage, and never
@@ -119,10 +158,14 @@ fn a_seed_replays_the_same_plan_and_the_same_run() {
 }
 
 /// Faults within tolerance stay within it: at no point of a plan are more devices broken
-/// (failed, wiped, stale, flaky, not yet repaired) than the configuration tolerates.
+/// (failed, wiped, stale, flaky, a node's, not yet repaired) than the configuration
+/// tolerates; a node that goes down comes back at its step's stop.
 #[test]
 fn plans_stay_within_tolerance_and_steps_use_distinct_keys() {
-    for cfg in configurations(DEFAULT_STEPS) {
+    for cfg in configurations(DEFAULT_STEPS)
+        .into_iter()
+        .chain(node_configurations(DEFAULT_STEPS))
+    {
         for seed in 0..200 {
             let p = plan::generate(&cfg, seed);
             let mut broken = BTreeSet::new();
@@ -137,6 +180,23 @@ fn plans_stay_within_tolerance_and_steps_use_distinct_keys() {
                 );
                 if let Some(MidFault::FailStop { devices, .. }) = &step.mid {
                     broken.extend(devices.iter().copied());
+                }
+                if let Some(MidFault::NodeDown { devices, node, .. }) = &step.mid {
+                    assert_eq!(devices, &cfg.node_devices()[*node]);
+                    broken.extend(devices.iter().copied());
+                    let stop = step
+                        .stop
+                        .as_ref()
+                        .expect("a node down is followed by a stop");
+                    assert_eq!(&stop.returns, devices);
+                }
+                // A device failed and replaced online is out during the step, beside the rest.
+                if let Some(plan::Online::FailReplace(d)) = step.online {
+                    assert!(
+                        !broken.contains(&d) && broken.len() < cfg.tolerance(),
+                        "{} seed {seed} step {i}: online replace of {d} with {broken:?} broken",
+                        cfg.name()
+                    );
                 }
                 if let Some(stop) = &step.stop {
                     for d in &stop.repair {
@@ -156,10 +216,14 @@ fn plans_stay_within_tolerance_and_steps_use_distinct_keys() {
     }
 }
 
-/// Runs one seed of every configuration with `mutation` and returns the failures.
+/// Runs one seed of every configuration (multi-node ones too) with `mutation` and returns the
+/// failures.
 fn mutated(mutation: Mutation) -> Vec<(SimConfig, SeedReport)> {
     let mut out = Vec::new();
-    for (i, mut cfg) in configurations(DEFAULT_STEPS).into_iter().enumerate() {
+    let all = configurations(DEFAULT_STEPS)
+        .into_iter()
+        .chain(node_configurations(DEFAULT_STEPS));
+    for (i, mut cfg) in all.enumerate() {
         cfg.mutation = Some(mutation);
         let r = run_seed(&cfg, 500 + i as u64);
         out.push((cfg, r));
@@ -206,6 +270,39 @@ fn the_checker_catches_a_lying_sync() {
             f.what.contains("acknowledged") || f.what.contains("bucket is gone"),
             "{}: {f}",
             cfg.name()
+        );
+    }
+}
+
+/// Mutation (multi-node): a node down while objects were overwritten comes back and is marked
+/// healthy behind the store's back, so its old copies count as current. A replicated read
+/// that lands on one returns an overwritten version, and the checker must say so.
+#[test]
+fn the_checker_catches_a_stale_node_taken_as_current() {
+    for name in ["rep3-nosep-n6-3nodes", "rep3-sep-n6-3nodes"] {
+        let mut cfg = configuration(name, DEFAULT_STEPS).unwrap();
+        cfg.mutation = Some(Mutation::NodeBackAsCurrent);
+        let caught: Vec<String> = (0..6)
+            .filter_map(|seed| {
+                let r = run_seed(&cfg, seed);
+                assert!(
+                    r.stats.faults.contains_key("mutation-node-back-current"),
+                    "{name} seed {seed}: the mutation did not happen"
+                );
+                let f = r.failures.first()?;
+                assert!(
+                    f.replay.contains("--mutation node-back-current"),
+                    "{}",
+                    f.replay
+                );
+                Some(f.what.clone())
+            })
+            .collect();
+        assert!(
+            caught
+                .iter()
+                .any(|w| w.contains("acknowledged") || w.contains("wrong bytes")),
+            "{name}: the stale node went unnoticed: {caught:?}"
         );
     }
 }
