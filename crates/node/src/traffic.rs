@@ -320,6 +320,15 @@ impl<S> Counted<S> {
     pub fn new(inner: S, traffic: Arc<Traffic>) -> Self {
         Counted { inner, traffic }
     }
+
+    /// Counts what a write wrote.
+    fn count_sent(&self, polled: &Poll<std::io::Result<usize>>) {
+        if let Poll::Ready(Ok(n)) = polled {
+            self.traffic
+                .socket_sent
+                .fetch_add(*n as u64, Ordering::Relaxed);
+        }
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
@@ -343,11 +352,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if let Poll::Ready(Ok(n)) = polled {
-            self.traffic
-                .socket_sent
-                .fetch_add(n as u64, Ordering::Relaxed);
-        }
+        self.count_sent(&polled);
         polled
     }
 
@@ -357,11 +362,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        if let Poll::Ready(Ok(n)) = polled {
-            self.traffic
-                .socket_sent
-                .fetch_add(n as u64, Ordering::Relaxed);
-        }
+        self.count_sent(&polled);
         polled
     }
 

@@ -10,6 +10,20 @@ use common::{json_report, on_path};
 use std::path::Path;
 use std::process::Command;
 
+/// A short run of the study's load, for `bench ceph-study` and `bench cluster` alike.
+const SHORT_RUN: [&str; 10] = [
+    "--mechanisms",
+    "rep3,split4+2",
+    "--object-size",
+    "1MiB",
+    "--runtime",
+    "1",
+    "--iodepth",
+    "8",
+    "--quiet",
+    "--json",
+];
+
 /// Runs the study with these extra arguments and `PATH`; returns its JSON report or panics
 /// with the output.
 fn study(dir: &Path, path_var: &std::ffi::OsStr, extra: &[&str]) -> serde_json::Value {
@@ -18,21 +32,12 @@ fn study(dir: &Path, path_var: &std::ffi::OsStr, extra: &[&str]) -> serde_json::
             .args([
                 "bench",
                 "ceph-study",
-                "--mechanisms",
-                "rep3,split4+2",
                 "--sizes",
                 "4KiB",
                 "--volume-size",
                 "8MiB",
-                "--object-size",
-                "1MiB",
-                "--runtime",
-                "1",
-                "--iodepth",
-                "8",
-                "--quiet",
-                "--json",
             ])
+            .args(SHORT_RUN)
             .args(extra)
             .arg("--path")
             .arg(dir)
@@ -277,23 +282,14 @@ fn bench_cluster_counts_the_network_between_nodes() {
                 "3",
                 "--devices-per-node",
                 "2",
-                "--mechanisms",
-                "rep3,split4+2",
                 "--sizes",
                 "64KiB",
                 "--volume-size",
                 "16MiB",
-                "--object-size",
-                "1MiB",
-                "--runtime",
-                "1",
-                "--iodepth",
-                "8",
                 "--generator",
                 "own",
-                "--quiet",
-                "--json",
             ])
+            .args(SHORT_RUN)
             .arg("--path")
             .arg(dir.path())
             .arg("--out")
