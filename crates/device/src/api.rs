@@ -204,6 +204,13 @@ pub trait Device: Send + Sync + 'static {
     /// Reads `range` of the value under `key`, reporting the value's full length.
     async fn retrieve(&self, key: &[u8], range: ReadRange) -> Result<Retrieved>;
 
+    /// [`Device::retrieve`] for a caller that checks the bytes itself (the manager's unit
+    /// checksums): a device whose own checksum covers the whole value may read only the blocks
+    /// that hold `range` and skip that check. The default reads as `retrieve` does.
+    async fn retrieve_part(&self, key: &[u8], range: ReadRange) -> Result<Retrieved> {
+        self.retrieve(key, range).await
+    }
+
     /// Deletes `key`. Returns whether it existed; with `must_exist`, a missing key is
     /// [`DeviceError::KeyNotFound`].
     async fn delete(&self, key: &[u8], must_exist: bool) -> Result<bool>;

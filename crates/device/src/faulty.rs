@@ -46,6 +46,30 @@ pub struct FaultyDevice {
 }
 
 impl FaultyDevice {
+    /// `retrieve` (or, with `part`, `retrieve_part`) through the faults.
+    async fn read(&self, key: &[u8], range: ReadRange, part: bool) -> Result<Retrieved> {
+        self.enter().await?;
+        if self.cfg.volatile_writes {
+            let cache = self.cache.lock().await;
+            match cache.get(key) {
+                Some(Some(v)) => {
+                    let (s, e) = range.resolve(v.len() as u64)?;
+                    return Ok(Retrieved {
+                        value: bytes::Bytes::copy_from_slice(&v[s as usize..e as usize]),
+                        value_len: v.len() as u64,
+                    });
+                }
+                Some(None) => return Err(DeviceError::KeyNotFound { key: key.to_vec() }),
+                None => {}
+            }
+        }
+        if part {
+            self.inner.retrieve_part(key, range).await
+        } else {
+            self.inner.retrieve(key, range).await
+        }
+    }
+
     /// Wraps `inner`.
     pub fn new(inner: Arc<dyn Device>, cfg: FaultConfig) -> FaultyDevice {
         FaultyDevice {
@@ -163,22 +187,11 @@ impl Device for FaultyDevice {
     }
 
     async fn retrieve(&self, key: &[u8], range: ReadRange) -> Result<Retrieved> {
-        self.enter().await?;
-        if self.cfg.volatile_writes {
-            let cache = self.cache.lock().await;
-            match cache.get(key) {
-                Some(Some(v)) => {
-                    let (s, e) = range.resolve(v.len() as u64)?;
-                    return Ok(Retrieved {
-                        value: bytes::Bytes::copy_from_slice(&v[s as usize..e as usize]),
-                        value_len: v.len() as u64,
-                    });
-                }
-                Some(None) => return Err(DeviceError::KeyNotFound { key: key.to_vec() }),
-                None => {}
-            }
-        }
-        self.inner.retrieve(key, range).await
+        self.read(key, range, false).await
+    }
+
+    async fn retrieve_part(&self, key: &[u8], range: ReadRange) -> Result<Retrieved> {
+        self.read(key, range, true).await
     }
 
     async fn delete(&self, key: &[u8], must_exist: bool) -> Result<bool> {

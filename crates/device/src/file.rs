@@ -611,6 +611,7 @@ impl Shared {
         loc: Loc,
         io: Option<SegIo>,
         range: ReadRange,
+        part: bool,
     ) -> Result<Retrieved> {
         let Some(io) = io else {
             return Err(DeviceError::Failed {
@@ -620,6 +621,16 @@ impl Shared {
         if loc.value_len == 0 {
             return Self::check_value(key, loc, &[], range);
         }
+        if let Some((start, end)) = Self::part_of(loc, range, part)? {
+            let (buf, at) = read_aligned(
+                &io.file,
+                io.base + loc.value_offset() + start,
+                (end - start) as usize,
+                self.read_align,
+            )
+            .map_err(|e| DeviceError::io("read record", e))?;
+            return Ok(Self::unchecked(loc, &buf[at..at + (end - start) as usize]));
+        }
         let (buf, at) = read_aligned(
             &io.file,
             io.base + loc.value_offset(),
@@ -628,6 +639,21 @@ impl Shared {
         )
         .map_err(|e| DeviceError::io("read record", e))?;
         Self::check_value(key, loc, &buf[at..at + loc.value_len as usize], range)
+    }
+
+    /// For `retrieve_part`: the bytes of the value to read when only part of it is asked for
+    /// (the caller checks them; the body CRC needs the whole value), `None` to read it whole.
+    fn part_of(loc: Loc, range: ReadRange, part: bool) -> Result<Option<(u64, u64)>> {
+        let (start, end) = range.resolve(loc.value_len as u64)?;
+        Ok((part && end - start < loc.value_len as u64 && end > start).then_some((start, end)))
+    }
+
+    /// The answer of a `retrieve_part` read of part of a value.
+    fn unchecked(loc: Loc, bytes: &[u8]) -> Retrieved {
+        Retrieved {
+            value: bytes::Bytes::copy_from_slice(bytes),
+            value_len: loc.value_len as u64,
+        }
     }
 
     /// Verifies a value read alone against the body CRC the index keeps (it covers the header
@@ -699,11 +725,16 @@ impl Shared {
         self.lock().index.get(key).is_some_and(|l| l != loc)
     }
 
+    /// Whether `key`'s record is still at `loc` (not moved, overwritten or deleted).
+    fn still_at(&self, key: &[u8], loc: &Loc) -> bool {
+        self.lock().index.get(key) == Some(loc)
+    }
+
     fn retrieve_blocking(&self, key: &[u8], range: ReadRange) -> Result<Retrieved> {
         loop {
             match self.locate(key, range)? {
                 Ok(r) => return Ok(r),
-                Err((io, loc)) => match self.read_record(key, loc, io, range) {
+                Err((io, loc)) => match self.read_record(key, loc, io, range, false) {
                     Err(DeviceError::Corrupt { .. } | DeviceError::Io { .. })
                         if self.moved(key, &loc) => {}
                     r => return r,
@@ -1389,18 +1420,55 @@ impl FileDevice {
     }
 
     /// Reads the value at `loc` through io_uring and checks it.
+    /// `retrieve`, or with `part` `retrieve_part`: part of a value is read alone, unchecked.
+    async fn read(&self, key: &[u8], range: ReadRange, part: bool) -> Result<Retrieved> {
+        self.shared.config.limits.check_key(key)?;
+        let _slot = self.gate.enter().await;
+        loop {
+            let (io, loc) = match self.shared.locate(key, range)? {
+                Ok(r) => return Ok(r),
+                Err(at) => at,
+            };
+            let r = match io {
+                Some(io) if self.ring.is_some() && loc.value_len > 0 => {
+                    self.read_uring(key, &io, loc, range, part).await
+                }
+                io => {
+                    let key = key.to_vec();
+                    self.blocking(move |sh| sh.read_record(&key, loc, io, range, part))
+                        .await
+                }
+            };
+            match r {
+                // Compaction moved the record while it was read (a freed slot may already
+                // hold other bytes): read it where it is now. An unchecked part cannot tell
+                // by its checksum, so it is read again whenever the record moved meanwhile
+                // (the index changes before a slot is freed).
+                Err(DeviceError::Corrupt { .. } | DeviceError::Io { .. })
+                    if self.shared.moved(key, &loc) => {}
+                Ok(_) if part && !self.shared.still_at(key, &loc) => {}
+                r => return r,
+            }
+        }
+    }
+
     async fn read_uring(
         &self,
         key: &[u8],
         io: &SegIo,
         loc: Loc,
         range: ReadRange,
+        part: bool,
     ) -> Result<Retrieved> {
         let ring = self.ring.as_ref().expect("checked by the caller");
         let align = self.shared.read_align;
-        let at = io.base + loc.value_offset();
+        let part = Shared::part_of(loc, range, part)?;
+        let (at, value_len) = match part {
+            Some((s, e)) => (io.base + loc.value_offset() + s, e - s),
+            None => (io.base + loc.value_offset(), loc.value_len as u64),
+        };
         let start = at / align * align;
-        let want = (at + loc.value_len as u64 - start) as usize;
+        let want = (at + value_len - start) as usize;
         let len = (want as u64).div_ceil(align) as usize * align as usize;
         let (buf, n) = ring
             .read(&io.file, start, len)
@@ -1413,7 +1481,11 @@ impl FileDevice {
             });
         }
         let from = (at - start) as usize;
-        Shared::check_value(key, loc, &buf[from..from + loc.value_len as usize], range)
+        let value = &buf[from..from + value_len as usize];
+        match part {
+            Some(_) => Ok(Shared::unchecked(loc, value)),
+            None => Shared::check_value(key, loc, value, range),
+        }
     }
 
     async fn blocking<T: Send + 'static>(
@@ -1455,31 +1527,11 @@ impl Device for FileDevice {
     }
 
     async fn retrieve(&self, key: &[u8], range: ReadRange) -> Result<Retrieved> {
-        self.shared.config.limits.check_key(key)?;
-        let _slot = self.gate.enter().await;
-        loop {
-            let (io, loc) = match self.shared.locate(key, range)? {
-                Ok(r) => return Ok(r),
-                Err(at) => at,
-            };
-            let r = match io {
-                Some(io) if self.ring.is_some() && loc.value_len > 0 => {
-                    self.read_uring(key, &io, loc, range).await
-                }
-                io => {
-                    let key = key.to_vec();
-                    self.blocking(move |sh| sh.read_record(&key, loc, io, range))
-                        .await
-                }
-            };
-            match r {
-                // Compaction moved the record while it was read (a freed slot may already
-                // hold other bytes): read it where it is now.
-                Err(DeviceError::Corrupt { .. } | DeviceError::Io { .. })
-                    if self.shared.moved(key, &loc) => {}
-                r => return r,
-            }
-        }
+        self.read(key, range, false).await
+    }
+
+    async fn retrieve_part(&self, key: &[u8], range: ReadRange) -> Result<Retrieved> {
+        self.read(key, range, true).await
     }
 
     async fn delete(&self, key: &[u8], must_exist: bool) -> Result<bool> {

@@ -163,6 +163,15 @@ impl Device for MeteredDevice {
         r
     }
 
+    async fn retrieve_part(&self, key: &[u8], range: ReadRange) -> Result<Retrieved> {
+        let t = Instant::now();
+        let r = self.inner.retrieve_part(key, range).await;
+        self.record(OpKind::Retrieve, t, key.len() as u64, &r, |v| {
+            v.value.len() as u64
+        });
+        r
+    }
+
     async fn delete(&self, key: &[u8], must_exist: bool) -> Result<bool> {
         let t = Instant::now();
         let r = self.inner.delete(key, must_exist).await;

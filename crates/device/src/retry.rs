@@ -63,6 +63,10 @@ impl Device for RetryingDevice {
         self.run(|d| d.retrieve(key, range)).await
     }
 
+    async fn retrieve_part(&self, key: &[u8], range: ReadRange) -> Result<Retrieved> {
+        self.run(|d| d.retrieve_part(key, range)).await
+    }
+
     async fn delete(&self, key: &[u8], must_exist: bool) -> Result<bool> {
         self.run(|d| d.delete(key, must_exist)).await
     }

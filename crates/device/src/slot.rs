@@ -46,6 +46,10 @@ impl Device for DeviceSlot {
         self.current().retrieve(key, range).await
     }
 
+    async fn retrieve_part(&self, key: &[u8], range: ReadRange) -> Result<Retrieved> {
+        self.current().retrieve_part(key, range).await
+    }
+
     async fn delete(&self, key: &[u8], must_exist: bool) -> Result<bool> {
         self.current().delete(key, must_exist).await
     }

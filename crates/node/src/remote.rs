@@ -190,6 +190,50 @@ pub struct RemoteDevice {
 }
 
 impl RemoteDevice {
+    /// `retrieve`, or with `part` `retrieve_part` on the node's device.
+    async fn read(&self, key: &[u8], range: ReadRange, part: bool) -> Result<Retrieved> {
+        let _slot = self.gate.enter().await;
+        let mut stream = self
+            .connections
+            .pick()
+            .retrieve(RetrieveRequest {
+                device: self.index,
+                key: key.to_vec(),
+                offset: range.offset,
+                len_max: range.len,
+                part,
+            })
+            .await
+            .map_err(call_error)?
+            .into_inner();
+        let first = stream
+            .message()
+            .await
+            .map_err(call_error)?
+            .ok_or_else(|| broken("a retrieve answered with no value".into()))?;
+        // Read to the stream's end even when the first chunk is the whole value: the end
+        // carries the call's status, and a stream dropped early is reset, which the node
+        // counts against the connection (enough resets and it refuses the connection).
+        let expected = first.range_len as usize;
+        let mut value = Gather::new(first.data, expected);
+        while let Some(chunk) = stream.message().await.map_err(call_error)? {
+            if !value.push(&chunk.data) {
+                return Err(broken(format!(
+                    "a retrieve returned more than its {expected} B range"
+                )));
+            }
+        }
+        let value = value.finish().map_err(|got| {
+            broken(format!(
+                "a retrieve returned {got} B of a {expected} B range"
+            ))
+        })?;
+        Ok(Retrieved {
+            value,
+            value_len: first.value_len,
+        })
+    }
+
     /// The fence this device's stores and deletes present.
     pub fn fence(&self) -> Fence {
         *self.fence.read().unwrap_or_else(|p| p.into_inner())
@@ -271,45 +315,11 @@ impl Device for RemoteDevice {
     }
 
     async fn retrieve(&self, key: &[u8], range: ReadRange) -> Result<Retrieved> {
-        let _slot = self.gate.enter().await;
-        let mut stream = self
-            .connections
-            .pick()
-            .retrieve(RetrieveRequest {
-                device: self.index,
-                key: key.to_vec(),
-                offset: range.offset,
-                len_max: range.len,
-            })
-            .await
-            .map_err(call_error)?
-            .into_inner();
-        let first = stream
-            .message()
-            .await
-            .map_err(call_error)?
-            .ok_or_else(|| broken("a retrieve answered with no value".into()))?;
-        // Read to the stream's end even when the first chunk is the whole value: the end
-        // carries the call's status, and a stream dropped early is reset, which the node
-        // counts against the connection (enough resets and it refuses the connection).
-        let expected = first.range_len as usize;
-        let mut value = Gather::new(first.data, expected);
-        while let Some(chunk) = stream.message().await.map_err(call_error)? {
-            if !value.push(&chunk.data) {
-                return Err(broken(format!(
-                    "a retrieve returned more than its {expected} B range"
-                )));
-            }
-        }
-        let value = value.finish().map_err(|got| {
-            broken(format!(
-                "a retrieve returned {got} B of a {expected} B range"
-            ))
-        })?;
-        Ok(Retrieved {
-            value,
-            value_len: first.value_len,
-        })
+        self.read(key, range, false).await
+    }
+
+    async fn retrieve_part(&self, key: &[u8], range: ReadRange) -> Result<Retrieved> {
+        self.read(key, range, true).await
     }
 
     async fn delete(&self, key: &[u8], must_exist: bool) -> Result<bool> {

@@ -242,16 +242,16 @@ impl Node for NodeService {
         self.traffic.received(Call::Retrieve, request.get_ref());
         let r = request.into_inner();
         let dev = self.device(r.device)?;
-        let got = dev
-            .retrieve(
-                &r.key,
-                ReadRange {
-                    offset: r.offset,
-                    len: r.len_max,
-                },
-            )
-            .await
-            .map_err(|e| to_status(&e))?;
+        let range = ReadRange {
+            offset: r.offset,
+            len: r.len_max,
+        };
+        let got = if r.part {
+            dev.retrieve_part(&r.key, range).await
+        } else {
+            dev.retrieve(&r.key, range).await
+        }
+        .map_err(|e| to_status(&e))?;
         let traffic = self.traffic.clone();
         let chunks = chunks(got.value.clone()).map(move |data| {
             let chunk = ValueChunk {

@@ -167,6 +167,10 @@ pub struct RetrieveRequest {
     /// Most bytes to return; absent reads to the end.
     #[prost(uint64, optional, tag = "4")]
     pub len_max: Option<u64>,
+    /// The caller checks the bytes itself (`Device::retrieve_part`): the node's device may
+    /// read the range alone. A node that predates it reads as for `retrieve`.
+    #[prost(bool, tag = "5")]
+    pub part: bool,
 }
 
 /// One message of a retrieve's stream.

@@ -155,14 +155,22 @@ impl Inner {
                     object_len: h.object_len,
                     segment_count: h.segment_count,
                     set: (h.kind == PieceKind::Member).then_some((h.set, h.index)),
+                    shard_len: 0,
                     data: p.payload.clone(),
                 }));
             }
         }
-        if let Some((_, p)) = at_version
+        // Shards agreeing on their fields, tried for each shard length present (a version's
+        // shards all have one, but a reader must not depend on it).
+        let mut lengths: Vec<u32> = Vec::new();
+        for (_, p) in at_version
             .iter()
-            .find(|(_, p)| p.header.kind == PieceKind::Shard)
+            .filter(|(_, p)| p.header.kind == PieceKind::Shard)
         {
+            if lengths.contains(&p.header.payload_len) {
+                continue;
+            }
+            lengths.push(p.header.payload_len);
             let h = p.header;
             if let Some(Mechanism::Split { code, k, m }) = mechanism_of(&h) {
                 let n = (k + m) as usize;
@@ -194,6 +202,7 @@ impl Inner {
                         object_len: h.object_len,
                         segment_count: h.segment_count,
                         set: None,
+                        shard_len: h.payload_len as usize,
                         data,
                     }));
                 }
@@ -214,6 +223,7 @@ impl Inner {
                     object_len: h.object_len,
                     segment_count: h.segment_count,
                     set: Some((h.set, h.index)),
+                    shard_len: 0,
                     data,
                 }));
             }
@@ -417,6 +427,7 @@ impl Inner {
             segment_count: r.segment_count,
             object_len: r.object_len,
             version: r.version,
+            shard_len: r.shard_len,
         };
         let descriptor = match r.set {
             None => None,

@@ -72,6 +72,7 @@ impl Inner {
                     object_len: h.object_len,
                     segment_count: h.segment_count,
                     set: Some((h.set, h.index)),
+                    shard_len: 0,
                     data,
                 })
             }
@@ -162,6 +163,7 @@ impl Inner {
                     object_len: h.object_len,
                     segment_count: h.segment_count,
                     set: None,
+                    shard_len: h.payload_len as usize,
                     data,
                 })
             }
@@ -234,6 +236,7 @@ impl Inner {
             object_len: h.object_len,
             segment_count: h.segment_count,
             set: (h.kind == PieceKind::Member).then_some((h.set, h.index)),
+            shard_len: 0,
             data: payload,
         })
     }
@@ -256,7 +259,7 @@ impl Inner {
         let shard_len = h.payload_len as usize;
         let seg_len = expected_segment_len(h, self.segment_bytes(Mechanism::Split { code, k, m }))
             .ok_or_else(|| RedundancyError::Config("segment header inconsistent".into()))?;
-        if seg_len.div_ceil(ku) != shard_len {
+        if seg_len.div_ceil(ku) != shard_len && self.shard_len(seg_len, ku) != shard_len {
             return Err(RedundancyError::Config("shard length inconsistent".into()));
         }
         if shards.iter().take(ku).any(|s| s.is_none()) {

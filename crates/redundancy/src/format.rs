@@ -4,10 +4,17 @@
 
 /// First four bytes of every value the manager stores: "RSOB".
 pub const PIECE_MAGIC: [u8; 4] = *b"RSOB";
-/// Header format version written by this code.
+/// Header format version of a piece with one checksum over header and payload.
 pub const PIECE_VERSION: u8 = 1;
-/// Bytes of the piece header, CRC included.
+/// Header format version of a piece with a checksum per unit of its payload (a unit table),
+/// so part of the payload can be read and checked without the rest.
+pub const PIECE_VERSION_UNITS: u8 = 2;
+/// Bytes of the piece header, CRC included (version 1; version 2 adds its unit table).
 pub const PIECE_HEADER_BYTES: usize = 52;
+/// Bytes of payload one unit checksum covers (version 2; the last unit may be shorter).
+pub const PIECE_UNIT_BYTES: usize = 4096;
+/// Payloads shorter than this keep version 1: their whole payload is about one device read.
+pub const PIECE_UNITS_MIN_PAYLOAD: usize = 16 * 1024;
 /// Bytes a device key adds to a user key: the tag and, for later segments, the version and the
 /// segment number.
 pub const KEY_OVERHEAD_BYTES: usize = 13;
@@ -107,13 +114,55 @@ pub enum PieceError {
     Checksum,
 }
 
+/// Bytes of a version 2 header for a payload of `payload_len`: the fields, the unit table, its
+/// CRC, and zeros up to a multiple of 512, so that with the value on a 512-byte boundary (as the
+/// `file` device puts values) a unit is read with exactly its own sectors.
+pub fn unit_header_bytes(payload_len: usize) -> usize {
+    table_end(payload_len).next_multiple_of(512)
+}
+
+/// Where a version 2 header's CRC ends: the fields, the table, the CRC.
+fn table_end(payload_len: usize) -> usize {
+    PIECE_HEADER_BYTES + 4 * payload_len.div_ceil(PIECE_UNIT_BYTES)
+}
+
+/// Whether every unit of `units` (the payload from unit `first` on, whole units but perhaps
+/// the payload's last) matches its checksum in `table`.
+pub fn units_match(table: &[u32], first: usize, units: &[u8]) -> bool {
+    let count = units.len().div_ceil(PIECE_UNIT_BYTES);
+    first + count <= table.len()
+        && units
+            .chunks(PIECE_UNIT_BYTES)
+            .zip(&table[first..])
+            .all(|(u, &crc)| crc32c::crc32c(u) == crc)
+}
+
 impl PieceHeader {
-    /// Serialises the header and payload into one value, CRC included.
+    /// Serialises the header and payload into one value, CRC included (version 1).
     pub fn encode(&self, payload: &[u8]) -> Vec<u8> {
+        self.encode_as(payload, false)
+    }
+
+    /// Serialises the header, a checksum per [`PIECE_UNIT_BYTES`] of payload and the payload
+    /// into one value (version 2): any whole units of it can be read and checked alone.
+    pub fn encode_units(&self, payload: &[u8]) -> Vec<u8> {
+        self.encode_as(payload, true)
+    }
+
+    fn encode_as(&self, payload: &[u8], units: bool) -> Vec<u8> {
         debug_assert_eq!(self.payload_len as usize, payload.len());
-        let mut v = Vec::with_capacity(PIECE_HEADER_BYTES + payload.len());
+        let header = if units {
+            unit_header_bytes(payload.len())
+        } else {
+            PIECE_HEADER_BYTES
+        };
+        let mut v = Vec::with_capacity(header + payload.len());
         v.extend_from_slice(&PIECE_MAGIC);
-        v.push(PIECE_VERSION);
+        v.push(if units {
+            PIECE_VERSION_UNITS
+        } else {
+            PIECE_VERSION
+        });
         v.push(self.kind as u8);
         v.push(self.code);
         v.push(self.k);
@@ -127,8 +176,16 @@ impl PieceHeader {
         v.extend_from_slice(&self.set.to_le_bytes());
         v.extend_from_slice(&self.payload_len.to_le_bytes());
         debug_assert_eq!(v.len(), PIECE_HEADER_BYTES - 4);
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&v), payload);
+        let crc = if units {
+            for unit in payload.chunks(PIECE_UNIT_BYTES) {
+                v.extend_from_slice(&crc32c::crc32c(unit).to_le_bytes());
+            }
+            crc32c::crc32c(&v)
+        } else {
+            crc32c::crc32c_append(crc32c::crc32c(&v), payload)
+        };
         v.extend_from_slice(&crc.to_le_bytes());
+        v.resize(header, 0);
         v.extend_from_slice(payload);
         v
     }
@@ -136,6 +193,17 @@ impl PieceHeader {
     /// Parses and checks a stored value; returns the header and the payload.
     pub fn decode(bytes: &[u8]) -> Result<(PieceHeader, &[u8]), PieceError> {
         let h = Self::decode_unchecked(bytes)?;
+        if bytes[4] == PIECE_VERSION_UNITS {
+            let (h, table) = Self::decode_table(bytes)?;
+            let payload = &bytes[unit_header_bytes(h.payload_len as usize)..];
+            if payload.len() != h.payload_len as usize {
+                return Err(PieceError::Length);
+            }
+            if !units_match(&table, 0, payload) {
+                return Err(PieceError::Checksum);
+            }
+            return Ok((h, payload));
+        }
         let payload = &bytes[PIECE_HEADER_BYTES..];
         if payload.len() != h.payload_len as usize {
             return Err(PieceError::Length);
@@ -148,6 +216,31 @@ impl PieceHeader {
         Ok((h, payload))
     }
 
+    /// Parses and checks the header and unit table of a version 2 piece from its first bytes
+    /// (at least [`unit_header_bytes`] of its payload length); the payload is not checked.
+    /// A version 1 piece is [`PieceError::Version`].
+    pub fn decode_table(bytes: &[u8]) -> Result<(PieceHeader, Vec<u32>), PieceError> {
+        let h = Self::decode_unchecked(bytes)?;
+        if bytes[4] != PIECE_VERSION_UNITS {
+            return Err(PieceError::Version);
+        }
+        let header = unit_header_bytes(h.payload_len as usize);
+        if bytes.len() < header {
+            return Err(PieceError::Short);
+        }
+        let end = table_end(h.payload_len as usize);
+        let stored = u32::from_le_bytes(bytes[end - 4..end].try_into().unwrap());
+        if crc32c::crc32c(&bytes[..end - 4]) != stored || bytes[end..header].iter().any(|&b| b != 0)
+        {
+            return Err(PieceError::Checksum);
+        }
+        let table = bytes[48..end - 4]
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        Ok((h, table))
+    }
+
     /// Parses the header fields without checking the CRC (which needs the whole payload).
     pub fn decode_unchecked(bytes: &[u8]) -> Result<PieceHeader, PieceError> {
         if bytes.len() < PIECE_HEADER_BYTES {
@@ -156,7 +249,7 @@ impl PieceHeader {
         if bytes[0..4] != PIECE_MAGIC {
             return Err(PieceError::Magic);
         }
-        if bytes[4] != PIECE_VERSION {
+        if bytes[4] != PIECE_VERSION && bytes[4] != PIECE_VERSION_UNITS {
             return Err(PieceError::Version);
         }
         let kind = PieceKind::from_u8(bytes[5]).ok_or(PieceError::Kind)?;
@@ -430,6 +523,9 @@ mod tests {
                 fixed[..4].copy_from_slice(&PIECE_MAGIC);
                 fixed[4] = PIECE_VERSION;
                 let _ = PieceHeader::decode(&fixed);
+                fixed[4] = PIECE_VERSION_UNITS;
+                let _ = PieceHeader::decode(&fixed);
+                let _ = PieceHeader::decode_table(&fixed);
                 let _ = SetDescriptor::decode(&fixed[PIECE_HEADER_BYTES..]);
             }
         }
@@ -471,6 +567,68 @@ mod tests {
             PieceHeader::decode(&v[..v.len() - 1]),
             Err(PieceError::Length)
         );
+    }
+
+    #[test]
+    fn unit_pieces_round_trip_and_check_each_unit_alone() {
+        let payload: Vec<u8> = (0..3 * PIECE_UNIT_BYTES + 100).map(|i| i as u8).collect();
+        let h = PieceHeader {
+            payload_len: payload.len() as u32,
+            ..header()
+        };
+        let v = h.encode_units(&payload);
+        let hlen = unit_header_bytes(payload.len());
+        assert_eq!(
+            hlen, 512,
+            "fields, 4 CRCs and the header's CRC, padded to 512"
+        );
+        assert_eq!(v.len(), hlen + payload.len());
+        let (back, p) = PieceHeader::decode(&v).unwrap();
+        assert_eq!((back, p), (h, &payload[..]));
+        let (back, table) = PieceHeader::decode_table(&v[..hlen]).unwrap();
+        assert_eq!((back, table.len()), (h, 4));
+        assert_eq!(
+            PieceHeader::decode_table(&v[..hlen - 1]),
+            Err(PieceError::Short)
+        );
+        // Units 1 and 2 alone, and the short last unit alone.
+        let units = &v[hlen + PIECE_UNIT_BYTES..hlen + 3 * PIECE_UNIT_BYTES];
+        assert!(units_match(&table, 1, units));
+        assert!(units_match(&table, 3, &v[hlen + 3 * PIECE_UNIT_BYTES..]));
+        assert!(
+            !units_match(&table, 2, units),
+            "units checked against the wrong slots"
+        );
+        assert!(
+            !units_match(&table, 3, units),
+            "more units than the table holds"
+        );
+        // Every flipped bit (padding included): the whole decode fails; the header's check or
+        // the unit's fails.
+        for bit in (0..v.len() * 8).step_by(7).chain(8 * 100..8 * 101) {
+            let mut bad = v.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert!(
+                PieceHeader::decode(&bad).is_err(),
+                "bit {bit} flip accepted"
+            );
+            let at = bit / 8;
+            if at < hlen {
+                assert!(
+                    PieceHeader::decode_table(&bad[..hlen]).is_err(),
+                    "header bit {bit}"
+                );
+            } else {
+                let u = (at - hlen) / PIECE_UNIT_BYTES;
+                let lo = hlen + u * PIECE_UNIT_BYTES;
+                let hi = (lo + PIECE_UNIT_BYTES).min(bad.len());
+                assert!(!units_match(&table, u, &bad[lo..hi]), "unit bit {bit}");
+            }
+        }
+        // A version 1 piece has no table.
+        let old = h.encode(&payload);
+        assert_eq!(PieceHeader::decode_table(&old), Err(PieceError::Version));
+        assert_eq!(PieceHeader::decode(&old).unwrap().1, &payload[..]);
     }
 
     #[test]

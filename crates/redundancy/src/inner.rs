@@ -64,6 +64,11 @@ pub(crate) struct Inner {
     pub(crate) codecs: Mutex<HashMap<(u8, u8, u8), Arc<Codec>>>,
     pub(crate) locks: Vec<tokio::sync::Mutex<()>>,
     pub(crate) cache: Mutex<HashMap<Vec<u8>, ObjectMeta>>,
+    /// Per key stripe: changes of keys' metadata (writes and deletes, at their start and end),
+    /// so a read does not put into the cache what a change made stale while it read.
+    pub(crate) stamps: Vec<AtomicU64>,
+    /// Unit tables of large pieces read below their segment (`part.rs`).
+    pub(crate) unit_tables: Mutex<crate::part::UnitTables>,
     /// What a put or delete is writing to segment 0 right now (see [`Inner::overlapping`]).
     pub(crate) writing: Mutex<HashMap<Vec<u8>, Writing>>,
     /// Entries in `writing`, so reads look there only when something is.
@@ -103,8 +108,7 @@ impl Inner {
     }
 
     pub(crate) async fn lock(&self, key: &[u8]) -> tokio::sync::MutexGuard<'_, ()> {
-        let h = railstore_placement::key_hash(key, 0x6c6f_636b) as usize;
-        self.locks[h % KEY_LOCK_STRIPES].lock().await
+        self.locks[Self::stripe(key)].lock().await
     }
 
     /// Every key's lock: no write is under way while they are held. Nothing holds two keys'
@@ -179,12 +183,51 @@ impl Inner {
         self.cache.lock().unwrap().get(key).cloned()
     }
 
-    pub(crate) fn remember(&self, key: &[u8], meta: ObjectMeta) {
+    fn stripe(key: &[u8]) -> usize {
+        railstore_placement::key_hash(key, 0x6c6f_636b) as usize % KEY_LOCK_STRIPES
+    }
+
+    /// Where `key`'s metadata changes stand; taken before reading it, for [`Inner::remember`].
+    pub(crate) fn stamp(&self, key: &[u8]) -> u64 {
+        self.stamps[Self::stripe(key)].load(Ordering::SeqCst)
+    }
+
+    /// [`Inner::stamp`] of every stripe, for a read of many keys.
+    pub(crate) fn stamps_now(&self) -> Vec<u64> {
+        self.stamps
+            .iter()
+            .map(|s| s.load(Ordering::SeqCst))
+            .collect()
+    }
+
+    /// [`Inner::stamp`] of `key` in [`Inner::stamps_now`]'s answer.
+    pub(crate) fn stamp_in(stamps: &[u64], key: &[u8]) -> u64 {
+        stamps[Self::stripe(key)]
+    }
+
+    /// Caches what a read found of `key`, unless a write or delete of a key of its stripe
+    /// began or ended since `stamp` was taken: the read may have seen what it replaced, and
+    /// reads below a segment trust the cache's version (`part.rs`).
+    pub(crate) fn remember(&self, key: &[u8], meta: ObjectMeta, stamp: u64) {
+        let mut c = self.cache.lock().unwrap();
+        if self.stamp(key) != stamp {
+            return;
+        }
+        self.cache_insert(&mut c, key, meta);
+    }
+
+    /// Caches what a write of `key` just made durable, as a change of it.
+    pub(crate) fn remember_written(&self, key: &[u8], meta: ObjectMeta) {
+        let mut c = self.cache.lock().unwrap();
+        self.stamps[Self::stripe(key)].fetch_add(1, Ordering::SeqCst);
+        self.cache_insert(&mut c, key, meta);
+    }
+
+    fn cache_insert(&self, c: &mut HashMap<Vec<u8>, ObjectMeta>, key: &[u8], meta: ObjectMeta) {
         let max = self.config.meta_cache_entries_max;
         if max == 0 {
             return;
         }
-        let mut c = self.cache.lock().unwrap();
         if c.len() >= max && !c.contains_key(key) {
             // Crude but bounded: drop everything and let hot keys come back.
             c.clear();
@@ -197,8 +240,24 @@ impl Inner {
         self.epochs.read().unwrap().clone()
     }
 
+    /// Drops what the cache knows of `key`, as a change of it: a write or delete calls it
+    /// when it begins and when it ends (or fails), so no read that overlapped it caches what
+    /// it saw.
     pub(crate) fn forget(&self, key: &[u8]) {
-        self.cache.lock().unwrap().remove(key);
+        let mut c = self.cache.lock().unwrap();
+        self.stamps[Self::stripe(key)].fetch_add(1, Ordering::SeqCst);
+        c.remove(key);
+    }
+
+    /// Marks a write or delete of `key` begun; the guard marks it ended when dropped (on any
+    /// path, a cancelled one too) unless [`Change::written`] did.
+    pub(crate) fn change<'a>(&'a self, key: &'a [u8]) -> Change<'a> {
+        self.forget(key);
+        Change {
+            inner: self,
+            key,
+            open: true,
+        }
     }
 
     /// What is stored under `key`: the cache, else segment 0's header on the primary, else (when
@@ -409,6 +468,29 @@ pub(crate) fn expected_segment_len(h: &PieceHeader, segment_bytes: usize) -> Opt
     }
     let start = h.segment as u64 * seg;
     Some((h.object_len - start.min(h.object_len)).min(seg) as usize)
+}
+
+/// A write or delete of one key under way ([`Inner::change`]).
+pub(crate) struct Change<'a> {
+    inner: &'a Inner,
+    key: &'a [u8],
+    open: bool,
+}
+
+impl Change<'_> {
+    /// The write is durable: cache what it wrote.
+    pub(crate) fn written(mut self, meta: ObjectMeta) {
+        self.inner.remember_written(self.key, meta);
+        self.open = false;
+    }
+}
+
+impl Drop for Change<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            self.inner.forget(self.key);
+        }
+    }
 }
 
 /// Ends a [`Inner::writing`] entry.

@@ -364,13 +364,36 @@ impl DeviceSet {
         key: &[u8],
         range: ReadRange,
     ) -> Result<Option<Vec<u8>>, DeviceError> {
+        self.read(d, key, range, false).await
+    }
+
+    /// Reads `range` of the value under `key` on device `d` for a caller that checks the bytes
+    /// itself ([`Device::retrieve_part`]); `Ok(None)` when it is not there.
+    pub async fn retrieve_part(
+        &self,
+        d: usize,
+        key: &[u8],
+        range: ReadRange,
+    ) -> Result<Option<Vec<u8>>, DeviceError> {
+        self.read(d, key, range, true).await
+    }
+
+    async fn read(
+        &self,
+        d: usize,
+        key: &[u8],
+        range: ReadRange,
+        part: bool,
+    ) -> Result<Option<Vec<u8>>, DeviceError> {
         self.counters.retrieves.fetch_add(1, Ordering::Relaxed);
         match self
-            .run(
-                d,
-                Op::Read,
-                |dev| async move { dev.retrieve(key, range).await },
-            )
+            .run(d, Op::Read, |dev| async move {
+                if part {
+                    dev.retrieve_part(key, range).await
+                } else {
+                    dev.retrieve(key, range).await
+                }
+            })
             .await
         {
             Ok(Retrieved { value, .. }) => {

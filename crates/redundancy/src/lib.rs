@@ -20,6 +20,7 @@ mod manager;
 pub mod mechanism;
 pub mod mttdl;
 mod pack;
+mod part;
 mod rebuild;
 mod relocate;
 mod scan;

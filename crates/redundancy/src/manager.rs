@@ -64,6 +64,9 @@ pub(crate) struct Resolved {
     pub segment_count: u32,
     /// Packing set and slot, for packed segments.
     pub set: Option<(u64, u8)>,
+    /// The length of a split segment's shards as stored (0 otherwise): a repair writes its
+    /// pieces again at that length, whatever a new write would choose.
+    pub shard_len: usize,
     pub data: Vec<u8>,
 }
 
@@ -175,6 +178,8 @@ impl Manager {
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
             cache: Mutex::new(HashMap::new()),
+            stamps: (0..KEY_LOCK_STRIPES).map(|_| AtomicU64::new(0)).collect(),
+            unit_tables: Mutex::default(),
             writing: Mutex::new(HashMap::new()),
             writing_count: AtomicUsize::new(0),
             garbage: Mutex::new(Vec::new()),
@@ -205,7 +210,7 @@ impl Manager {
     }
 
     /// Bytes of memory the manager's own maps hold (the metadata cache of objects read or
-    /// written, and the writes in progress), by the estimates of `railstore_device::memory`.
+    /// written, the writes in progress, and the unit tables of pieces read in part), by the estimates of `railstore_device::memory`.
     /// The devices' memory is theirs: [`railstore_device::Device::memory_bytes`].
     pub fn memory_bytes(&self) -> u64 {
         use railstore_device::memory::{hash_entry, heap};
@@ -226,7 +231,7 @@ impl Manager {
             .keys()
             .map(|k| hash_entry(slot + std::mem::size_of::<Writing>()) + heap(k.len()))
             .sum();
-        cache + writing
+        cache + writing + self.inner.unit_tables.lock().unwrap().bytes() as u64
     }
 
     /// Longest user key.
@@ -349,11 +354,17 @@ impl Manager {
         place: &Placement<'_>,
     ) -> Result<(Vec<u8>, u64)> {
         let inner = &self.inner;
+        let stamp = inner.stamp(key);
         let hint = inner.cached(key).map(|m| m.mechanism).or(guess);
         let overlapping = inner.overlapping(key);
         // Only what the devices hold goes into the metadata cache: a write in progress may
         // still fail.
         let from_devices = overlapping.is_none();
+        if overlapping.is_none() {
+            if let Some(found) = self.get_part(key, range, place).await {
+                return Ok(found);
+            }
+        }
         let first = match overlapping {
             Some(Writing::Put(r)) => r,
             Some(Writing::Delete) => return Err(RedundancyError::NotFound { key: key.to_vec() }),
@@ -437,9 +448,36 @@ impl Manager {
             });
         }
         if from_devices {
-            inner.remember(key, meta);
+            inner.remember(key, meta, stamp);
         }
         Ok((out, object_len))
+    }
+
+    /// [`Manager::get`] of part of an object the metadata cache knows, read below its segments
+    /// (`part.rs`); `None` when that does not apply or does not work out, and the segments are
+    /// read whole.
+    async fn get_part(
+        &self,
+        key: &[u8],
+        range: ReadRange,
+        place: &Placement<'_>,
+    ) -> Option<(Vec<u8>, u64)> {
+        let inner = &self.inner;
+        let meta = inner.cached(key)?;
+        let (start, end) = range.resolve(meta.len).ok()?;
+        if start == end || (start == 0 && end == meta.len) {
+            return None;
+        }
+        let seg_bytes = inner.segment_bytes(meta.mechanism) as u64;
+        let mut out = Vec::with_capacity((end - start) as usize);
+        for s in start / seg_bytes..=(end - 1) / seg_bytes {
+            let seg_start = s * seg_bytes;
+            let lo = (start.max(seg_start) - seg_start) as usize;
+            let hi = (end.min(seg_start + seg_bytes) - seg_start) as usize;
+            let part = inner.read_part(key, s as u32, place, &meta, lo, hi).await?;
+            out.extend_from_slice(&part);
+        }
+        Some((out, meta.len))
     }
 
     /// Reads the whole object under `key` the careful way, as scrub does: every piece of every
@@ -451,6 +489,7 @@ impl Manager {
         let inner = &self.inner;
         inner.check_key(key)?;
         let _guard = inner.lock(key).await;
+        let stamp = inner.stamp(key);
         inner.relocate_locked(key).await?;
         let epochs = inner.epochs();
         let place = epochs.layout.place(key);
@@ -475,7 +514,7 @@ impl Manager {
             .flat_map(|r| r.data.iter().copied())
             .collect();
         if !rewritten {
-            inner.remember(key, first.meta());
+            inner.remember(key, first.meta(), stamp);
         }
         Ok((out, first.object_len))
     }
@@ -493,6 +532,8 @@ impl Manager {
         let Some(prev) = inner.meta(key).await? else {
             return Ok(false);
         };
+        // Ends (the cache forgetting the key) when this returns, however it returns.
+        let _change = inner.change(key);
         if matches!(prev.mechanism, Mechanism::Pack { .. }) {
             inner.retire_packed(key, &prev).await;
         }
@@ -523,7 +564,6 @@ impl Manager {
             }
         }
         inner.defer_deletes(later).await?;
-        inner.forget(key);
         if !failed.is_empty() {
             tracing::warn!(
                 ?failed,
@@ -642,6 +682,9 @@ pub(crate) struct SegmentHead {
     pub segment_count: u32,
     pub object_len: u64,
     pub version: u64,
+    /// A split segment's shard length: the stored one for a repair, 0 for a new write (which
+    /// chooses, `Inner::shard_len`).
+    pub shard_len: usize,
 }
 
 impl Mechanism {

@@ -185,6 +185,9 @@ pub struct ManagerConfig {
     pub object_bytes_max: u64,
     /// Entries in the metadata cache (0 disables it).
     pub meta_cache_entries_max: usize,
+    /// Bytes of unit tables (the checksums of large pieces' units, `part.rs`) kept so that a
+    /// read below a segment reads only the units it needs; 0 reads each table with its units.
+    pub unit_table_cache_bytes: usize,
     /// Devices per redundancy group; `None` takes the widest mechanism of the policy. Set it
     /// wider to allow wider custom mechanisms per store.
     pub layout_width: Option<usize>,
@@ -289,6 +292,7 @@ impl Default for ManagerConfig {
             pack_wait: Duration::from_millis(2),
             object_bytes_max: 1 << 30,
             meta_cache_entries_max: 1 << 20,
+            unit_table_cache_bytes: 16 << 20,
             layout_width: None,
             layout_rounds: 4,
             layout_seed: 0x5241_494c,
@@ -312,6 +316,7 @@ struct ConfigFile {
     pack_wait_ms: Option<f64>,
     object_bytes_max: Option<u64>,
     meta_cache_entries_max: Option<usize>,
+    unit_table_cache_bytes: Option<usize>,
     layout_width: Option<usize>,
     layout_rounds: Option<usize>,
     layout_seed: Option<u64>,
@@ -481,6 +486,7 @@ impl ManagerConfig {
             slow_read_bypass,
             object_bytes_max: f.object_bytes_max.unwrap_or(d.object_bytes_max),
             meta_cache_entries_max: f.meta_cache_entries_max.unwrap_or(d.meta_cache_entries_max),
+            unit_table_cache_bytes: f.unit_table_cache_bytes.unwrap_or(d.unit_table_cache_bytes),
             layout_width: f.layout_width,
             layout_rounds: f.layout_rounds.unwrap_or(d.layout_rounds),
             layout_seed: f.layout_seed.unwrap_or(d.layout_seed),

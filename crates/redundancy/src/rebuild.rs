@@ -369,8 +369,9 @@ impl Inner {
             self.secure_packed(key, &place, &segments).await?;
         }
         if found.is_none() {
-            // Leftovers of an incomplete write or delete: roll it back (or forward) to absent.
-            self.forget(key);
+            // Leftovers of an incomplete write or delete: roll it back (or forward) to absent,
+            // a change of the key while it lasts (no read caches what it deletes).
+            let _change = self.change(key);
             let skey = crate::format::segment_key(key, 0, 0);
             for pos in 0..self.width {
                 let d = place.device(pos);
@@ -424,6 +425,7 @@ impl Inner {
                 segment_count: r.segment_count,
                 object_len: r.object_len,
                 version: r.version,
+                shard_len: r.shard_len,
             };
             let pieces = self
                 .pieces_of(r.mechanism, head, &r.data, None, None)

@@ -314,6 +314,8 @@ impl Manager {
             inner.moving.store(true, Ordering::Release);
             std::mem::replace(&mut *cell, Arc::new(epochs))
         };
+        // A device may now hold another piece under a key whose table is kept.
+        inner.unit_tables.lock().unwrap().clear();
         drop(no_writes);
         // Reads hold the layouts they took until they end.
         let waiting = Instant::now();

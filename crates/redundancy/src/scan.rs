@@ -12,6 +12,7 @@
 
 use crate::error::{RedundancyError, Result};
 use crate::format::{segment_key, PieceHeader, PieceKind};
+use crate::inner::Inner;
 use crate::manager::{mechanism_of, Manager, Resolved};
 use crate::mechanism::Mechanism;
 use railstore_device::{IterEntry, IterRequest};
@@ -48,6 +49,8 @@ struct Cursor {
     head: Option<IterEntry>,
     /// The next batch's request; `None` once the device has given its last.
     next: Option<IterRequest>,
+    /// The metadata change stamps from before the batch was read ([`Inner::stamps_now`]).
+    stamps: std::sync::Arc<Vec<u64>>,
 }
 
 impl Cursor {
@@ -80,15 +83,20 @@ impl Manager {
                 batch: Vec::new().into_iter(),
                 head: None,
                 next: Some(first.clone()),
+                stamps: Default::default(),
             })
             .collect();
         let mut out = Scan::default();
         loop {
             // Devices whose batch is taken in read their next one, all at once.
+            let stamps = std::sync::Arc::new(inner.stamps_now());
             let refills = cursors
                 .iter_mut()
                 .filter(|c| c.head.is_none() && c.next.is_some())
-                .map(|c| self.refill(c));
+                .map(|c| {
+                    c.stamps = stamps.clone();
+                    self.refill(c)
+                });
             for r in futures_util::future::join_all(refills).await {
                 r?;
             }
@@ -111,10 +119,13 @@ impl Manager {
                 .cloned()
             {
                 let mut s = Seen::default();
+                // The oldest stamp of the batches that hold the key: stamps only grow.
+                let mut stamp = u64::MAX;
                 for c in cursors.iter_mut() {
                     let Some(e) = c.head.as_ref().filter(|e| e.key == key) else {
                         continue;
                     };
+                    stamp = stamp.min(Inner::stamp_in(&c.stamps, &key[1..]));
                     // A device being rebuilt serves no reads: its pieces only say the key
                     // exists.
                     if !s.unsure && inner.io.readable(c.d) {
@@ -126,7 +137,7 @@ impl Manager {
                 key.remove(0);
                 match s.whole {
                     Some(r) if !s.unsure && r.segment_count == 1 && !inner.is_writing(&key) => {
-                        inner.remember(&key, r.meta());
+                        inner.remember(&key, r.meta(), stamp);
                         out.values.push((key, r.data));
                     }
                     _ => out.others.push(key),

@@ -25,6 +25,9 @@ impl Inner {
                 self.retire_packed(key, p).await;
             }
         }
+        // Until the new version is whole, no read caches the old one's metadata (reads below
+        // a segment trust the cache's version); the new one is cached at the end.
+        let change = self.change(key);
         let version = self.next_version();
         let seg_bytes = self.segment_bytes(mech);
         let segments = value.len().div_ceil(seg_bytes).max(1);
@@ -42,6 +45,7 @@ impl Inner {
                 segment_count: segments_u32,
                 object_len: value.len() as u64,
                 version,
+                shard_len: 0,
             };
             let _writing = (s == 0).then(|| {
                 let resolved = Resolved {
@@ -50,6 +54,7 @@ impl Inner {
                     object_len: value.len() as u64,
                     segment_count: segments_u32,
                     set: None,
+                    shard_len: 0,
                     data: data.to_vec(),
                 };
                 self.writing(key, Writing::Put(resolved))
@@ -63,15 +68,12 @@ impl Inner {
         if let Some(p) = prev {
             self.defer_leftovers(key, &place, p, mech).await?;
         }
-        self.remember(
-            key,
-            ObjectMeta {
-                mechanism: mech,
-                version,
-                len: value.len() as u64,
-                segments: segments_u32,
-            },
-        );
+        change.written(ObjectMeta {
+            mechanism: mech,
+            version,
+            len: value.len() as u64,
+            segments: segments_u32,
+        });
         Ok(())
     }
 
@@ -84,6 +86,14 @@ impl Inner {
         set: Option<(u64, u8)>,
         descriptor: Option<&[u8]>,
     ) -> Result<Vec<(usize, Vec<u8>)>> {
+        // Copies and shards long enough to be read in part carry a checksum per unit.
+        let encode = |h: PieceHeader, payload: &[u8]| {
+            if self.units_for(payload.len()) {
+                h.encode_units(payload)
+            } else {
+                h.encode(payload)
+            }
+        };
         let base = |kind, k, m, index, payload: &[u8]| PieceHeader {
             kind,
             code: mech.code_byte(),
@@ -103,13 +113,17 @@ impl Inner {
                 .map(|i| {
                     (
                         i as usize,
-                        base(PieceKind::Copy, r, 0, i, data).encode(data),
+                        encode(base(PieceKind::Copy, r, 0, i, data), data),
                     )
                 })
                 .collect(),
             Mechanism::Split { code, k, m } => {
                 let (ku, n) = (k as usize, (k + m) as usize);
-                let shard_len = data.len().div_ceil(ku);
+                // A repair writes the shards again at their stored length.
+                let shard_len = match head.shard_len {
+                    0 => self.shard_len(data.len(), ku),
+                    stored => stored.max(data.len().div_ceil(ku)),
+                };
                 let codec = self.codec(code, k, m)?;
                 // Pinned when the codec sends shards this long to the GPU: no staging copy.
                 let mut shards = codec.shard_buffers(n, shard_len);
@@ -127,7 +141,7 @@ impl Inner {
                 shards
                     .iter()
                     .enumerate()
-                    .map(|(i, s)| (i, base(PieceKind::Shard, k, m, i as u8, s).encode(s)))
+                    .map(|(i, s)| (i, encode(base(PieceKind::Shard, k, m, i as u8, s), s)))
                     .collect()
             }
             Mechanism::Pack { k, m, .. } => {

@@ -147,6 +147,11 @@ impl Device for Gate {
         self.inner.retrieve(key, range).await
     }
 
+    async fn retrieve_part(&self, key: &[u8], range: ReadRange) -> Result<Retrieved> {
+        self.shared.enter().await;
+        self.inner.retrieve_part(key, range).await
+    }
+
     async fn delete(&self, key: &[u8], must_exist: bool) -> Result<bool> {
         self.shared.enter().await;
         self.inner.delete(key, must_exist).await

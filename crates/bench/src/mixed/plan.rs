@@ -68,9 +68,22 @@ pub(super) struct Plan {
 pub(super) const BUCKET_S: f64 = 0.1;
 /// Buffer and role samples, simulated seconds apart.
 pub(super) const SAMPLE_S: f64 = 0.1;
-/// Piece header bytes the manager adds (see `redundancy::format`).
-pub(super) const PIECE_HEADER_BYTES: u64 = 52;
 pub(super) const UNIT_BYTES: u64 = 4096;
+
+/// Bytes the manager stores for a piece of `payload` bytes (`redundancy::format`): from 16 KiB
+/// on, a shard of whole 4 KiB units behind a header with their checksums (when the device's
+/// values have room for it, as they do for the requests planned here).
+fn piece_bytes(payload: u64) -> u64 {
+    use railstore_redundancy::format::{
+        unit_header_bytes, PIECE_HEADER_BYTES, PIECE_UNITS_MIN_PAYLOAD, PIECE_UNIT_BYTES,
+    };
+    if payload >= PIECE_UNITS_MIN_PAYLOAD as u64 {
+        let units = payload.next_multiple_of(PIECE_UNIT_BYTES as u64);
+        units + unit_header_bytes(units as usize) as u64
+    } else {
+        payload + PIECE_HEADER_BYTES as u64
+    }
+}
 
 /// The plan of `args`; `k` picks erails-decode's array (ignored by the other presets).
 pub(super) fn plan_of(args: &MixedBenchArgs, k: usize) -> Result<Plan> {
@@ -144,7 +157,7 @@ pub(super) fn plan_of(args: &MixedBenchArgs, k: usize) -> Result<Plan> {
         Mechanism::Split { k, .. } => request_bytes.div_ceil(k as usize) as u64,
         _ => request_bytes as u64,
     };
-    let piece_device_bytes = (shard + PIECE_HEADER_BYTES).div_ceil(UNIT_BYTES) * UNIT_BYTES;
+    let piece_device_bytes = piece_bytes(shard).div_ceil(UNIT_BYTES) * UNIT_BYTES;
     // Each object puts one piece on `colours` of the `devices` devices.
     let budget = args.data_fraction * device_bytes as f64 * devices as f64 / colours as f64;
     let mut objects = (budget / piece_device_bytes as f64) as u64;

@@ -25,6 +25,57 @@ enum Placed {
 }
 
 impl Separated {
+    /// `retrieve` (or, with `part`, the inner device's `retrieve_part`): from the write
+    /// buffer when the key waits there, else from the device, counted.
+    async fn read(
+        &self,
+        key: &[u8],
+        range: ReadRange,
+        part: bool,
+    ) -> Result<Retrieved, DeviceError> {
+        let st = self.st();
+        self.rails.ready().await?;
+        st.check()?;
+        if journal::is_reserved(key) {
+            return Err(DeviceError::KeyNotFound { key: key.to_vec() });
+        }
+        let buffered = st.buffer.lock().unwrap().get(key).cloned();
+        match buffered {
+            Some(Pending::Store(v)) => {
+                st.counters.buffer_reads.fetch_add(1, Ordering::Relaxed);
+                let (a, b) = range.resolve(v.len() as u64)?;
+                st.counters.read_bytes.fetch_add(b - a, Ordering::Relaxed);
+                Ok(Retrieved {
+                    value: railstore_device::Bytes::copy_from_slice(&v[a as usize..b as usize]),
+                    value_len: v.len() as u64,
+                })
+            }
+            Some(Pending::Delete) => {
+                st.counters.buffer_reads.fetch_add(1, Ordering::Relaxed);
+                Err(DeviceError::KeyNotFound { key: key.to_vec() })
+            }
+            None => {
+                let _reading = ReadInFlight::new(st);
+                if self.rails.cfg.separation && self.rails.role(self.d) != Role::Reader {
+                    let counter = match railstore_device::purpose::current() {
+                        None => &st.counters.off_window_reads,
+                        Some(_) => &st.counters.off_window_other_reads,
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
+                let r = if part {
+                    st.inner.retrieve_part(key, range).await?
+                } else {
+                    st.inner.retrieve(key, range).await?
+                };
+                st.counters
+                    .read_bytes
+                    .fetch_add(r.value.len() as u64, Ordering::Relaxed);
+                Ok(r)
+            }
+        }
+    }
+
     fn st(&self) -> &DeviceState {
         &self.st
     }
@@ -155,43 +206,11 @@ impl Device for Separated {
     }
 
     async fn retrieve(&self, key: &[u8], range: ReadRange) -> Result<Retrieved, DeviceError> {
-        let st = self.st();
-        self.rails.ready().await?;
-        st.check()?;
-        if journal::is_reserved(key) {
-            return Err(DeviceError::KeyNotFound { key: key.to_vec() });
-        }
-        let buffered = st.buffer.lock().unwrap().get(key).cloned();
-        match buffered {
-            Some(Pending::Store(v)) => {
-                st.counters.buffer_reads.fetch_add(1, Ordering::Relaxed);
-                let (a, b) = range.resolve(v.len() as u64)?;
-                st.counters.read_bytes.fetch_add(b - a, Ordering::Relaxed);
-                Ok(Retrieved {
-                    value: railstore_device::Bytes::copy_from_slice(&v[a as usize..b as usize]),
-                    value_len: v.len() as u64,
-                })
-            }
-            Some(Pending::Delete) => {
-                st.counters.buffer_reads.fetch_add(1, Ordering::Relaxed);
-                Err(DeviceError::KeyNotFound { key: key.to_vec() })
-            }
-            None => {
-                let _reading = ReadInFlight::new(st);
-                if self.rails.cfg.separation && self.rails.role(self.d) != Role::Reader {
-                    let counter = match railstore_device::purpose::current() {
-                        None => &st.counters.off_window_reads,
-                        Some(_) => &st.counters.off_window_other_reads,
-                    };
-                    counter.fetch_add(1, Ordering::Relaxed);
-                }
-                let r = st.inner.retrieve(key, range).await?;
-                st.counters
-                    .read_bytes
-                    .fetch_add(r.value.len() as u64, Ordering::Relaxed);
-                Ok(r)
-            }
-        }
+        self.read(key, range, false).await
+    }
+
+    async fn retrieve_part(&self, key: &[u8], range: ReadRange) -> Result<Retrieved, DeviceError> {
+        self.read(key, range, true).await
     }
 
     async fn delete(&self, key: &[u8], must_exist: bool) -> Result<bool, DeviceError> {

@@ -2,44 +2,10 @@
 //! ones, a replicated object is read from the local copy; with the local device failed, from a
 //! remote one.
 
-use async_trait::async_trait;
+use crate::shaped::Shaped;
 use railstore_device::*;
 use railstore_redundancy::{Manager, ManagerConfig, Mechanism, Policy};
 use std::sync::Arc;
-
-/// A memory device that says it is on another node.
-struct Remote(MemDevice);
-
-#[async_trait]
-impl Device for Remote {
-    async fn store(&self, key: &[u8], value: &[u8], mode: StoreMode) -> Result<()> {
-        self.0.store(key, value, mode).await
-    }
-    async fn retrieve(&self, key: &[u8], range: ReadRange) -> Result<Retrieved> {
-        self.0.retrieve(key, range).await
-    }
-    async fn delete(&self, key: &[u8], must_exist: bool) -> Result<bool> {
-        self.0.delete(key, must_exist).await
-    }
-    async fn exist(&self, keys: &[&[u8]]) -> Result<Vec<bool>> {
-        self.0.exist(keys).await
-    }
-    async fn iterate(&self, req: &IterRequest) -> Result<IterBatch> {
-        self.0.iterate(req).await
-    }
-    async fn info(&self) -> Result<DeviceInfo> {
-        self.0.info().await
-    }
-    async fn sync(&self) -> Result<()> {
-        self.0.sync().await
-    }
-    fn limits(&self) -> Limits {
-        self.0.limits()
-    }
-    fn remote(&self) -> bool {
-        true
-    }
-}
 
 #[tokio::test]
 async fn replicated_reads_take_the_local_copy_first() {
@@ -51,7 +17,7 @@ async fn replicated_reads_take_the_local_copy_first() {
                 let inner: Arc<dyn Device> = if d == local {
                     Arc::new(mem)
                 } else {
-                    Arc::new(Remote(mem))
+                    Arc::new(Shaped::remote(Arc::new(mem)))
                 };
                 Arc::new(MeteredDevice::new(inner))
             })

@@ -5,6 +5,8 @@ mod faults;
 mod fixtures;
 mod locality;
 mod model;
+mod part;
 mod relocate;
 mod scan;
 mod separation;
+mod shaped;
