@@ -163,6 +163,7 @@ impl Inner {
         // Shards agreeing on their fields, tried for each shard length present (a version's
         // shards all have one, but a reader must not depend on it).
         let mut lengths: Vec<u32> = Vec::new();
+        let mut failed = None;
         for (_, p) in at_version
             .iter()
             .filter(|(_, p)| p.header.kind == PieceKind::Shard)
@@ -195,7 +196,13 @@ impl Inner {
                 }
                 if found >= k as usize {
                     // Use at most k shards so a silently wrong extra shard cannot mix in.
-                    let data = self.decode_split(code, k, m, &h, shards)?;
+                    let data = match self.decode_split(code, k, m, &h, shards) {
+                        Ok(data) => data,
+                        Err(e) => {
+                            failed = Some(e);
+                            continue;
+                        }
+                    };
                     return Ok(Some(Resolved {
                         mechanism: Mechanism::Split { code, k, m },
                         version,
@@ -207,6 +214,10 @@ impl Inner {
                     }));
                 }
             }
+        }
+        if let Some(e) = failed {
+            // No group decoded, and one that could have failed: an error, never "absent".
+            return Err(e);
         }
         if let Some((_, p)) = at_version
             .iter()

@@ -259,7 +259,9 @@ impl Inner {
         let shard_len = h.payload_len as usize;
         let seg_len = expected_segment_len(h, self.segment_bytes(Mechanism::Split { code, k, m }))
             .ok_or_else(|| RedundancyError::Config("segment header inconsistent".into()))?;
-        if seg_len.div_ceil(ku) != shard_len && self.shard_len(seg_len, ku) != shard_len {
+        if seg_len.div_ceil(ku) != shard_len
+            && crate::part::unit_shard_len(seg_len, ku) != Some(shard_len)
+        {
             return Err(RedundancyError::Config("shard length inconsistent".into()));
         }
         if shards.iter().take(ku).any(|s| s.is_none()) {

@@ -156,6 +156,11 @@ impl Inner {
     pub(crate) fn writing<'a>(&'a self, key: &'a [u8], what: Writing) -> WritingGuard<'a> {
         self.writing.lock().unwrap().insert(key.to_vec(), what);
         self.writing_count.fetch_add(1, Ordering::SeqCst);
+        // Then a change of the key: a read that began before (and so may have read the old
+        // segment 0) does not cache it, and one that begins after finds this entry first. So
+        // once a read has seen the new version, none after it takes the old one's metadata
+        // from the cache, whose later segments are still on the devices until a sync.
+        self.forget(key);
         WritingGuard { inner: self, key }
     }
 

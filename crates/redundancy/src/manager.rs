@@ -513,7 +513,10 @@ impl Manager {
             .iter()
             .flat_map(|r| r.data.iter().copied())
             .collect();
-        if !rewritten {
+        if rewritten {
+            // Packed anew: another set and slot than what the cache may hold.
+            inner.forget(key);
+        } else {
             inner.remember(key, first.meta(), stamp);
         }
         Ok((out, first.object_len))

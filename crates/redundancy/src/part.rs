@@ -119,6 +119,14 @@ struct PieceAt<'a> {
     payload_len: usize,
 }
 
+/// The shard length of whole units a segment of `seg_len` bytes may have under k data shards
+/// (whatever the devices' value limit, so a reader accepts it whoever wrote it); `None` when
+/// its shards are too short for unit tables.
+pub(crate) fn unit_shard_len(seg_len: usize, k: usize) -> Option<usize> {
+    let plain = seg_len.div_ceil(k);
+    (plain >= PIECE_UNITS_MIN_PAYLOAD).then(|| plain.next_multiple_of(PIECE_UNIT_BYTES))
+}
+
 impl Inner {
     /// Whether pieces of `payload_len` bytes are written with a unit table: long enough to be
     /// worth reading in part, and short enough that the table still fits the devices' values.
@@ -133,12 +141,9 @@ impl Inner {
     /// segment is a unit of one shard. Readers accept both lengths (shards written before unit
     /// tables have the first).
     pub(crate) fn shard_len(&self, seg_len: usize, k: usize) -> usize {
-        let plain = seg_len.div_ceil(k);
-        let aligned = plain.next_multiple_of(PIECE_UNIT_BYTES);
-        if plain >= PIECE_UNITS_MIN_PAYLOAD && self.units_for(aligned) {
-            aligned
-        } else {
-            plain
+        match unit_shard_len(seg_len, k) {
+            Some(aligned) if self.units_for(aligned) => aligned,
+            _ => seg_len.div_ceil(k),
         }
     }
 
@@ -351,16 +356,21 @@ impl Inner {
             && h.object_len == meta.len
             && h.segment == p.segment
             && h.segment_count == meta.segments
-            && h.payload_len as usize == p.payload_len
             && mechanism_of(&h) == Some(meta.mechanism);
         if !expected {
             return None;
         }
-        let crcs = match PieceHeader::decode_table(head) {
-            Ok((_, crcs)) => crcs,
-            // Written before unit tables, or by a repair that wrote version 1.
-            Err(crate::format::PieceError::Version) => Vec::new(),
-            Err(_) => return None,
+        let crcs = if h.payload_len as usize != p.payload_len {
+            // Shards of the length written before unit tables (ceil(len / k), kept by
+            // repairs): not cut where this read cuts, so read whole.
+            Vec::new()
+        } else {
+            match PieceHeader::decode_table(head) {
+                Ok((_, crcs)) => crcs,
+                // Written before unit tables.
+                Err(crate::format::PieceError::Version) => Vec::new(),
+                Err(_) => return None,
+            }
         };
         Some(UnitTable {
             version: h.version,

@@ -349,6 +349,9 @@ impl Inner {
         // During a move an object is healed where it goes (and `later` keys of its old
         // version are gone with the move).
         self.relocate_locked(key).await?;
+        // A change of the key while it lasts: it may settle another version than the cache
+        // holds (a cut write rolled forward or back) and delete the other's segments.
+        let _change = self.change(key);
         let epochs = self.epochs();
         let place = epochs.layout.place(key);
         let found = self.slow_segment(key, 0, &place, None).await?;
@@ -369,9 +372,7 @@ impl Inner {
             self.secure_packed(key, &place, &segments).await?;
         }
         if found.is_none() {
-            // Leftovers of an incomplete write or delete: roll it back (or forward) to absent,
-            // a change of the key while it lasts (no read caches what it deletes).
-            let _change = self.change(key);
+            // Leftovers of an incomplete write or delete: roll it back (or forward) to absent.
             let skey = crate::format::segment_key(key, 0, 0);
             for pos in 0..self.width {
                 let d = place.device(pos);

@@ -25,8 +25,9 @@ impl Inner {
                 self.retire_packed(key, p).await;
             }
         }
-        // Until the new version is whole, no read caches the old one's metadata (reads below
-        // a segment trust the cache's version); the new one is cached at the end.
+        // The write is a change of the key from here to its end (and again when it starts on
+        // segment 0, `Inner::writing`): a read that overlaps either point does not cache what
+        // it saw, the old version's metadata goes, and the new one's is cached at the end.
         let change = self.change(key);
         let version = self.next_version();
         let seg_bytes = self.segment_bytes(mech);

@@ -357,6 +357,12 @@ async fn shards_of_the_older_length_are_repaired_at_their_length() {
     assert_eq!(lengths().await, vec![plain; 6]);
     assert!(m.get(b"k", ReadRange::ALL).await.unwrap().0 == value);
     assert!(read(&m, b"k", 600_000, 5000).await == value[600_000..605_000]);
+    // Such shards are read whole, and after the first look no longer probed for a table:
+    // one read of each of the k = 3 data shards.
+    let retrieves = || m.devices().counters.retrieves.load(Ordering::Relaxed);
+    let before = retrieves();
+    assert!(read(&m, b"k", 700_000, 5000).await == value[700_000..705_000]);
+    assert_eq!(retrieves() - before, 3, "device reads of a ranged read");
     // Two shards lost; the careful read decodes and writes them again, at their length.
     let layout = m.layout();
     let place = layout.place(b"k").of_pieces(6);

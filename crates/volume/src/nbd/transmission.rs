@@ -28,6 +28,11 @@ const PERMIT_BYTES: usize = 4096;
 const STATUS_OBJECTS_MAX: u64 = 16_384;
 /// Longest error message sent in an error chunk (the protocol's string limit).
 const MESSAGE_BYTES_MAX: usize = 4096;
+/// Requests are read through a buffer this large: many small requests, one receive.
+const READ_BUFFER_BYTES: usize = 256 << 10;
+/// A reply's data up to this long goes out with its header in one send (copied behind it);
+/// longer data is sent as it is, after its header.
+const REPLY_COPY_BYTES_MAX: usize = 128 << 10;
 
 /// One request's header.
 #[derive(Debug, Clone, Copy)]
@@ -51,7 +56,8 @@ pub async fn transmit<S>(
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
-    let (mut reader, writer) = tokio::io::split(stream);
+    let (reader, writer) = tokio::io::split(stream);
+    let mut reader = tokio::io::BufReader::with_capacity(READ_BUFFER_BYTES, reader);
     let writer = Arc::new(Mutex::new(writer));
     let budget = Arc::new(Semaphore::new(IN_FLIGHT_BYTES_MAX / PERMIT_BYTES));
     let mut tasks = JoinSet::new();
@@ -255,8 +261,7 @@ async fn answer<W: AsyncWrite + Unpin>(
         Ok(Answer::Data(data)) => {
             simple(&mut out, req.cookie, 0);
             let mut w = writer.lock().await;
-            w.write_all(&out).await?;
-            w.write_all(&data).await?;
+            send(&mut *w, &mut out, &data).await?;
             return w.flush().await;
         }
         Ok(Answer::Extents(extents)) if extents.is_empty() => {
@@ -275,8 +280,7 @@ async fn answer<W: AsyncWrite + Unpin>(
                         let len = (8 + data.len()) as u32;
                         head(&mut out, req.cookie, flags, REPLY_TYPE_OFFSET_DATA, len);
                         out.extend_from_slice(&offset);
-                        w.write_all(&out).await?;
-                        w.write_all(data).await?;
+                        send(&mut *w, &mut out, data).await?;
                     }
                     None => {
                         // A hole is never longer than the request, whose length is 32 bits.
@@ -313,6 +317,18 @@ async fn answer<W: AsyncWrite + Unpin>(
     let mut w = writer.lock().await;
     w.write_all(&out).await?;
     w.flush().await
+}
+
+/// Sends a reply's `head` and then `data`: in one send when the data is short (a 4 KiB read's
+/// reply is one system call, not two), else the data as it is, uncopied.
+async fn send<W: AsyncWrite + Unpin>(w: &mut W, head: &mut Vec<u8>, data: &[u8]) -> io::Result<()> {
+    if data.len() <= REPLY_COPY_BYTES_MAX {
+        head.extend_from_slice(data);
+        w.write_all(head).await
+    } else {
+        w.write_all(head).await?;
+        w.write_all(data).await
+    }
 }
 
 /// Appends a simple reply's header.
