@@ -517,6 +517,9 @@ impl Inner {
             .counters
             .repairs
             .fetch_add(count as u64, Ordering::Relaxed);
+        // A change of the key (it may have rolled a cut write forward or back): a read that
+        // overlapped it does not cache what it saw, and what the cache held goes.
+        self.forget(key);
         count
     }
 }

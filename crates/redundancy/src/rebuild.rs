@@ -349,13 +349,14 @@ impl Inner {
         // During a move an object is healed where it goes (and `later` keys of its old
         // version are gone with the move).
         self.relocate_locked(key).await?;
-        // A change of the key while it lasts: it may settle another version than the cache
-        // holds (a cut write rolled forward or back) and delete the other's segments.
-        let _change = self.change(key);
         let epochs = self.epochs();
         let place = epochs.layout.place(key);
         let found = self.slow_segment(key, 0, &place, None).await?;
         let current = found.as_ref().map(|r| r.version);
+        if self.cached(key).is_some_and(|m| Some(m.version) != current) {
+            // The cache names another version, whose later segments go now.
+            self.forget(key);
+        }
         let mut staged_current = Vec::new();
         for (d, dkey, v) in later {
             if Some(*v) != current && !self.io.is_failed(*d) {
@@ -373,6 +374,7 @@ impl Inner {
         }
         if found.is_none() {
             // Leftovers of an incomplete write or delete: roll it back (or forward) to absent.
+            self.forget(key);
             let skey = crate::format::segment_key(key, 0, 0);
             for pos in 0..self.width {
                 let d = place.device(pos);
