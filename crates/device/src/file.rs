@@ -5,10 +5,10 @@
 //! Records (`format`) are packed back to back into segments (values of 4 KiB and more start
 //! on a 512-byte boundary, so they read with exactly their own blocks) through aligned in-memory
 //! write buffers and written in aligned blocks, with O_DIRECT where the file system allows it.
-//! One flusher thread per device writes full buffers in order, two at a time (large ones as
-//! several concurrent 1 MiB writes), into segment files it allocates ahead of the writes, and
-//! serves `sync` by group commit: every sync waiting when a flush finishes shares one
-//! `fdatasync`. Reads look the key up in an in-memory index (which also keeps each
+//! One flusher thread per device (`flush`) writes full buffers in order, two at a time (large
+//! ones as several concurrent 1 MiB writes), into segment files it allocates ahead of the
+//! writes, and serves `sync` by group commit: every sync waiting when a flush finishes shares
+//! one `fdatasync`. Reads (`read`) look the key up in an in-memory index (which also keeps each
 //! record's CRC) and fetch the aligned range that covers the value through io_uring (one ring
 //! and reaper thread per device), or on tokio's blocking thread pool where io_uring is
 //! unavailable; io_uring saved two context switches per read (see
@@ -16,14 +16,17 @@
 //! neighbours with one read (`bulk`). A checkpoint of the index plus replay of the log after it
 //! rebuilds the index on open (`recover`; a checkpoint that disagrees with the log is ignored); a torn or
 //! corrupt tail fails its CRC and is cut off, after a copy to a side file if intact records lie
-//! behind it. A failed write or fdatasync stops the device for good. Compaction
+//! behind it. A failed write or fdatasync stops the device for good. Compaction (`compact`)
 //! copies the live records of a sealed segment to the log head and deletes the segment (or
 //! frees its slot); the
 //! owner calls it through [`Device::compact`], or a background thread does when
 //! [`CompactionPolicy::Auto`] is set.
 
 mod bulk;
+mod compact;
+mod flush;
 mod layout;
+mod read;
 
 pub use bulk::BulkReads;
 mod recover;
@@ -35,8 +38,8 @@ use crate::api::{
 };
 use crate::error::{DeviceError, Result};
 use crate::format::{
-    body_crc, encode_checkpoint, encode_record, header_prefix, record_len, scan_records, value_pad,
-    Checkpoint, Loc, RecordKind, VALUE_ALIGN_BYTES, VALUE_ALIGN_MIN_BYTES,
+    encode_checkpoint, encode_record, record_len, scan_records, value_pad, Checkpoint, Loc,
+    RecordKind, VALUE_ALIGN_BYTES, VALUE_ALIGN_MIN_BYTES,
 };
 use async_trait::async_trait;
 use layout::{allocate, read_aligned, DeviceLock, Layout, SegIo, SegPlace};
@@ -604,145 +607,6 @@ impl Shared {
         Ok(())
     }
 
-    /// Reads and checks the record at `loc` from disk.
-    fn read_record(
-        &self,
-        key: &[u8],
-        loc: Loc,
-        io: Option<SegIo>,
-        range: ReadRange,
-        part: bool,
-    ) -> Result<Retrieved> {
-        let Some(io) = io else {
-            return Err(DeviceError::Failed {
-                reason: "segment missing",
-            });
-        };
-        if loc.value_len == 0 {
-            return Self::check_value(key, loc, &[], range);
-        }
-        if let Some((start, end)) = Self::part_of(loc, range, part)? {
-            let (buf, at) = read_aligned(
-                &io.file,
-                io.base + loc.value_offset() + start,
-                (end - start) as usize,
-                self.read_align,
-            )
-            .map_err(|e| DeviceError::io("read record", e))?;
-            return Ok(Self::unchecked(loc, &buf[at..at + (end - start) as usize]));
-        }
-        let (buf, at) = read_aligned(
-            &io.file,
-            io.base + loc.value_offset(),
-            loc.value_len as usize,
-            self.read_align,
-        )
-        .map_err(|e| DeviceError::io("read record", e))?;
-        Self::check_value(key, loc, &buf[at..at + loc.value_len as usize], range)
-    }
-
-    /// For `retrieve_part`: the bytes of the value to read when only part of it is asked for
-    /// (the caller checks them; the body CRC needs the whole value), `None` to read it whole.
-    fn part_of(loc: Loc, range: ReadRange, part: bool) -> Result<Option<(u64, u64)>> {
-        let (start, end) = range.resolve(loc.value_len as u64)?;
-        Ok((part && end - start < loc.value_len as u64 && end > start).then_some((start, end)))
-    }
-
-    /// The answer of a `retrieve_part` read of part of a value.
-    fn unchecked(loc: Loc, bytes: &[u8]) -> Retrieved {
-        Retrieved {
-            value: bytes::Bytes::copy_from_slice(bytes),
-            value_len: loc.value_len as u64,
-        }
-    }
-
-    /// Verifies a value read alone against the body CRC the index keeps (it covers the header
-    /// fields, the key and the value), and cuts out `range`. Reading the value alone lets a
-    /// block-aligned value be read with exactly its own blocks.
-    fn check_value(key: &[u8], loc: Loc, value: &[u8], range: ReadRange) -> Result<Retrieved> {
-        let (start, end) = range.resolve(loc.value_len as u64)?;
-        Self::verify_value(key, &loc, value)?;
-        Ok(Retrieved {
-            value: bytes::Bytes::copy_from_slice(&value[start as usize..end as usize]),
-            value_len: loc.value_len as u64,
-        })
-    }
-
-    /// Verifies a value against the body CRC its location keeps.
-    fn verify_value(key: &[u8], loc: &Loc, value: &[u8]) -> Result<()> {
-        let prefix = header_prefix(
-            RecordKind::Put,
-            loc.seq,
-            loc.key_len,
-            loc.value_len,
-            loc.pad,
-        );
-        if body_crc(&prefix, key, value) != loc.body_crc {
-            return Err(DeviceError::Corrupt {
-                location: format!("segment {} offset {}", loc.segment, loc.offset),
-                reason: "value checksum mismatch",
-            });
-        }
-        Ok(())
-    }
-
-    /// Looks a key up: the value now if the record is still in memory, else where to read it.
-    #[allow(clippy::type_complexity)]
-    fn locate(
-        &self,
-        key: &[u8],
-        range: ReadRange,
-    ) -> Result<std::result::Result<Retrieved, (Option<SegIo>, Loc)>> {
-        let st = self.lock();
-        Self::check_failed(&st)?;
-        let loc = *st
-            .index
-            .get(key)
-            .ok_or_else(|| DeviceError::KeyNotFound { key: key.to_vec() })?;
-        let from_mem = |rec: &[u8]| -> Result<Retrieved> {
-            let (start, end) = range.resolve(loc.value_len as u64)?;
-            let v = &rec[(loc.value_offset() - loc.offset) as usize..];
-            Ok(Retrieved {
-                value: bytes::Bytes::copy_from_slice(&v[start as usize..end as usize]),
-                value_len: loc.value_len as u64,
-            })
-        };
-        if st.active.covers(&loc) {
-            return from_mem(st.active.record(&loc)).map(Ok);
-        }
-        if let Some(b) = st.queued.iter().find(|b| b.covers(&loc)) {
-            return from_mem(b.record(&loc)).map(Ok);
-        }
-        Ok(Err((
-            st.segments.get(&loc.segment).map(|s| s.io.clone()),
-            loc,
-        )))
-    }
-
-    /// Whether a read of `key` at `loc` that failed should be tried again: compaction moved
-    /// the record meanwhile (a freed slot may already hold other bytes).
-    fn moved(&self, key: &[u8], loc: &Loc) -> bool {
-        self.lock().index.get(key).is_some_and(|l| l != loc)
-    }
-
-    /// Whether `key`'s record is still at `loc` (not moved, overwritten or deleted).
-    fn still_at(&self, key: &[u8], loc: &Loc) -> bool {
-        self.lock().index.get(key) == Some(loc)
-    }
-
-    fn retrieve_blocking(&self, key: &[u8], range: ReadRange) -> Result<Retrieved> {
-        loop {
-            match self.locate(key, range)? {
-                Ok(r) => return Ok(r),
-                Err((io, loc)) => match self.read_record(key, loc, io, range, false) {
-                    Err(DeviceError::Corrupt { .. } | DeviceError::Io { .. })
-                        if self.moved(key, &loc) => {}
-                    r => return r,
-                },
-            }
-        }
-    }
-
     /// Stops the device after a failed write or fdatasync. Nothing more is written and no
     /// sync succeeds again: after a failed fdatasync the kernel may have dropped the dirty
     /// pages and cleared the error, so a retried fdatasync can succeed without the data being
@@ -756,233 +620,6 @@ impl Shared {
         st.queued.clear();
         self.done_cv.notify_all();
         self.space.notify_waiters();
-    }
-
-    /// The flusher thread: starts writing queued buffers in order, up to
-    /// [`JOBS_IN_FLIGHT_MAX`] at once, each on a thread of its own that reports back through
-    /// [`Shared::job_done`]; seals segments; serves syncs.
-    fn flusher(self: Arc<Self>) {
-        // Segment and how many of its bytes are allocated (see `allocate_ahead`).
-        let mut allocated = (0, 0);
-        let mut st = self.lock();
-        loop {
-            if st.crashed || st.io_failed {
-                // Writes already started finish before the thread ends (and the device closes).
-                if st.in_flight == 0 {
-                    break;
-                }
-                st = self.flush_cv.wait(st).unwrap_or_else(|e| e.into_inner());
-                continue;
-            }
-            let unwritten = st.active.last_seq > st.written_seq;
-            let want_sync = st.sync_target > st.durable_seq;
-            // A segment is sealed (fdatasync) before anything of the next one is written, and
-            // the seal must cover all of the segment's writes: a sealing job is written alone.
-            let sealing = st.queued.iter().take(st.in_flight).any(|j| j.seal);
-            if !sealing && st.in_flight < JOBS_IN_FLIGHT_MAX {
-                let queued_seq = st.queued.back().map_or(st.written_seq, |j| j.last_seq);
-                // While a job is being written, the active buffer fills up (and is queued when
-                // full) rather than going out in small pieces.
-                if st.queued.len() == st.in_flight
-                    && st.active.last_seq > queued_seq
-                    && ((want_sync && queued_seq < st.sync_target)
-                        || (st.active.len >= self.config.flush_bytes && st.in_flight == 0)
-                        || st.shutdown)
-                {
-                    self.rotate_active(&mut st, false, None);
-                }
-                if let Some(job) = st.queued.get(st.in_flight).cloned() {
-                    if !job.seal || st.in_flight == 0 {
-                        st.in_flight += 1;
-                        drop(st);
-                        let end = job.base + job.flush_len(self.zero_past_end()) as u64;
-                        self.allocate_ahead(&job, end, &mut allocated);
-                        self.start_job(job);
-                        st = self.lock();
-                        continue;
-                    }
-                }
-            }
-            if want_sync && (st.written_seq >= st.sync_target || !unwritten) {
-                let file = st.unsynced_file.take();
-                let upto = st.written_seq;
-                let pos = st.written_pos;
-                drop(st);
-                let r = file.map(|f| f.sync_data()).unwrap_or(Ok(()));
-                st = self.lock();
-                match r {
-                    Ok(()) => {
-                        st.durable_seq = st.durable_seq.max(upto);
-                        st.durable_pos = pos;
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, path = %self.layout.path().display(), "fdatasync failed; device stops");
-                        self.io_failed(&mut st, "fdatasync failed");
-                    }
-                }
-                self.done_cv.notify_all();
-                continue;
-            }
-            if st.shutdown && !unwritten && st.in_flight == 0 {
-                break;
-            }
-            if st.failed.is_some() {
-                // Nothing more will be written; release anyone waiting.
-                self.done_cv.notify_all();
-                self.space.notify_waiters();
-                if st.shutdown && st.in_flight == 0 {
-                    break;
-                }
-            }
-            st = self.flush_cv.wait(st).unwrap_or_else(|e| e.into_inner());
-        }
-        self.done_cv.notify_all();
-        self.space.notify_waiters();
-    }
-
-    /// Writes `job` on a thread of its own, or on this one if no thread can be started.
-    fn start_job(self: &Arc<Self>, job: Arc<WriteBuf>) {
-        let (shared, j) = (self.clone(), job.clone());
-        let spawned = std::thread::Builder::new()
-            .name("railstore-write".into())
-            .spawn(move || {
-                // A panic must still count the job as done, or the flusher waits for it forever.
-                let r =
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shared.write_job(&j)))
-                        .unwrap_or(Err(DeviceError::Failed {
-                            reason: "write thread panicked",
-                        }));
-                shared.job_done(j, r);
-            });
-        match spawned {
-            Ok(_) => drop(job),
-            Err(_) => {
-                let r = self.write_job(&job);
-                self.job_done(job, r);
-            }
-        }
-    }
-
-    /// Records that `job`, the oldest buffer being written, is written (or failed).
-    fn job_done(&self, job: Arc<WriteBuf>, r: Result<()>) {
-        let mut st = self.lock();
-        st.in_flight -= 1;
-        // After a failure the queue is empty and nothing more counts as written.
-        if !st.io_failed {
-            match r {
-                Ok(()) => {
-                    // Jobs finish in order (`write_job`).
-                    let oldest = st.queued.pop_front();
-                    debug_assert!(oldest.is_some_and(|o| Arc::ptr_eq(&o, &job)));
-                    st.jobs_written = job.number;
-                    st.written_seq = st.written_seq.max(job.last_seq);
-                    st.written_pos = (job.seg, job.base + job.len as u64);
-                    st.unsynced_file = if job.seal {
-                        None
-                    } else {
-                        Some(job.io.file.clone())
-                    };
-                    if job.seal {
-                        st.durable_pos = st.written_pos;
-                    }
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, path = %self.layout.path().display(), "device write failed; device stops");
-                    self.io_failed(&mut st, "write failed");
-                }
-            }
-        }
-        if let Ok(b) = Arc::try_unwrap(job) {
-            st.spare.push(b.buf);
-        }
-        self.done_cv.notify_all();
-        self.space.notify_waiters();
-        self.flush_cv.notify_one();
-    }
-
-    /// Writes a job's blocks, then, for a sealing job, seals the segment. Consecutive jobs of a
-    /// segment share a block: the last one of the earlier job (a partial block, or in a slot
-    /// the zero block past the log end) is the first of the later one, which carries its bytes
-    /// over and adds records. So that the newer copy lands last, a job writes its first block
-    /// only once the previous job is completely written, and the rest at once; jobs thus also
-    /// finish in order.
-    fn write_job(&self, job: &WriteBuf) -> Result<()> {
-        let padded = job.flush_len(self.zero_past_end());
-        let at = job.io.base + job.base;
-        let head = padded.min(ALIGN_BYTES);
-        self.write_chunks(&job.io.file, &job.buf[head..padded], at + head as u64)?;
-        {
-            let mut st = self.lock();
-            while st.jobs_written + 1 < job.number && !st.io_failed {
-                st = self.done_cv.wait(st).unwrap_or_else(|e| e.into_inner());
-            }
-            if st.io_failed {
-                // The previous job failed: nothing more may be written.
-                return Err(DeviceError::Failed {
-                    reason: "write failed",
-                });
-            }
-        }
-        job.io
-            .file
-            .write_all_at(&job.buf[..head], at)
-            .map_err(|e| DeviceError::io("write segment", e))?;
-        if job.seal {
-            // A later segment must never be durable before this one is complete.
-            self.layout
-                .seal(&job.io, &job.place, job.seg, job.base + job.len as u64)?;
-        }
-        Ok(())
-    }
-
-    /// Writes `data` at `at`, large amounts as several concurrent writes: one sequential
-    /// stream at queue depth 1 leaves most of an SSD's bandwidth unused. The chunks are
-    /// disjoint, so their order does not matter.
-    fn write_chunks(&self, file: &File, data: &[u8], at: u64) -> Result<()> {
-        let io = |e| DeviceError::io("write segment", e);
-        if data.len() < 2 * WRITE_CHUNK_BYTES {
-            return file.write_all_at(data, at).map_err(io);
-        }
-        std::thread::scope(|scope| {
-            let chunks: Vec<_> = data
-                .chunks(WRITE_CHUNK_BYTES)
-                .enumerate()
-                .map(|(i, chunk)| {
-                    let off = at + (i * WRITE_CHUNK_BYTES) as u64;
-                    scope.spawn(move || file.write_all_at(chunk, off))
-                })
-                .collect();
-            chunks
-                .into_iter()
-                .try_for_each(|c| c.join().expect("write thread panicked"))
-        })
-        .map_err(io)
-    }
-
-    /// With O_DIRECT in the directory layout, makes sure the segment file of `job` is allocated
-    /// (zeros) up to `end`, in steps of [`ALLOCATE_AHEAD_BYTES`] up to the segment size. ext4
-    /// runs O_DIRECT writes that extend a file one at a time, each waited for, but writes inside
-    /// the file in parallel (fio lays its file out the same way before it measures; see
-    /// `docs/benchmarks/device.md`). The zeros read as the log's end, like those after its last
-    /// block; the seal cuts the file back to its log (`Layout::seal`). Where allocation fails,
-    /// writes extend the file.
-    fn allocate_ahead(&self, job: &WriteBuf, end: u64, allocated: &mut (u64, u64)) {
-        if !self.direct || self.layout.single().is_some() {
-            return;
-        }
-        let have = if allocated.0 == job.seg {
-            allocated.1
-        } else {
-            0
-        };
-        if end <= have {
-            return;
-        }
-        let to = end.max((have + ALLOCATE_AHEAD_BYTES).min(self.config.segment_bytes));
-        if let Err(e) = allocate(&job.io.file, have, to - have) {
-            tracing::debug!(error = %e, segment = job.seg, "segment not allocated ahead");
-        }
-        *allocated = (job.seg, to);
     }
 
     /// Writes a checkpoint of the index that is durable before the checkpoint is.
@@ -1021,154 +658,6 @@ impl Shared {
             tracing::error!(error = %e, path = %self.layout.path().display(), "device write failed; device stops");
             let mut st = self.lock();
             self.io_failed(&mut st, "write failed");
-        }
-    }
-
-    /// Compacts sealed segments until about `budget_bytes` of live data were copied.
-    /// `dead_ratio_min` skips segments with too little dead space.
-    fn compact_blocking(&self, budget_bytes: u64, dead_ratio_min: f64) -> Result<CompactStats> {
-        let _m = self.maint_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let mut stats = CompactStats::default();
-        loop {
-            if stats.bytes_copied >= budget_bytes && stats.segments_freed > 0 {
-                return Ok(stats);
-            }
-            let victim = {
-                let st = self.lock();
-                Self::check_failed(&st)?;
-                st.segments
-                    .iter()
-                    .filter(|(id, _)| {
-                        **id != st.active.seg && st.queued.iter().all(|b| b.seg != **id)
-                    })
-                    .filter(|(_, s)| {
-                        let dead = s.end.saturating_sub(s.live_bytes);
-                        dead > 0 && dead as f64 >= dead_ratio_min * s.end as f64
-                    })
-                    .max_by_key(|(_, s)| s.end.saturating_sub(s.live_bytes))
-                    .map(|(id, s)| (*id, s.io.clone(), s.end, s.place.clone()))
-            };
-            let Some((id, io, end, place)) = victim else {
-                return Ok(stats);
-            };
-            let (buf, _) = read_aligned(&io.file, io.base, end as usize, ALIGN_BYTES as u64)
-                .map_err(|e| DeviceError::io("read segment", e))?;
-            let mut copied = 0u64;
-            let mut result = Ok(());
-            scan_records(&buf[..end as usize], 0, 0, |off, rec| {
-                if result.is_err() {
-                    return;
-                }
-                let here = |l: &Loc| l.segment == id && l.offset == off as u64;
-                result = self.blocking(|sh, st| {
-                    Self::check_failed(st)?;
-                    let key = rec.key;
-                    match rec.header.kind {
-                        RecordKind::Put => {
-                            if !st.index.get(key).is_some_and(here) {
-                                return Ok(Some(()));
-                            }
-                            let Some(loc) =
-                                sh.try_append(st, RecordKind::Put, key, rec.value, 0)?
-                            else {
-                                return Ok(None);
-                            };
-                            let old = st.index.insert(key.to_vec(), loc).expect("live");
-                            Self::kill(st, &old);
-                            copied += loc.record_len();
-                        }
-                        RecordKind::Delete => {
-                            if !st.tombs.get(key).is_some_and(here) {
-                                return Ok(Some(()));
-                            }
-                            // An older segment may still hold a put this tombstone hides.
-                            let older = st.segments.range(..id).next().is_some();
-                            if older {
-                                let Some(loc) =
-                                    sh.try_append(st, RecordKind::Delete, key, &[], 0)?
-                                else {
-                                    return Ok(None);
-                                };
-                                let old = st.tombs.insert(key.to_vec(), loc).expect("live");
-                                Self::kill(st, &old);
-                                copied += loc.record_len();
-                            } else {
-                                let old = st.tombs.remove(key).expect("live");
-                                Self::kill(st, &old);
-                            }
-                        }
-                    }
-                    Ok(Some(()))
-                });
-            });
-            result?;
-            // The copies must be durable before the originals disappear.
-            self.sync_blocking()?;
-            {
-                let mut st = self.lock();
-                let live = st.segments.get(&id).expect("victim segment").live_bytes;
-                if live != 0 {
-                    // The scan stopped at a record it could not parse, and live records lie
-                    // behind it: keep the segment (the index still reads them) rather than
-                    // delete data that is intact.
-                    return Err(DeviceError::Corrupt {
-                        location: place_name(&self.layout, &place),
-                        reason: "an unreadable record hides live ones; segment kept",
-                    });
-                }
-                let seg = st.segments.remove(&id).expect("victim segment");
-                st.used_bytes -= seg.end;
-            }
-            self.layout
-                .free_segment(&place)
-                .inspect_err(|e| self.single_file_failed(e))?;
-            if let SegPlace::Slot { index, .. } = place {
-                self.lock().free_slots.push(index);
-            }
-            stats.segments_freed += 1;
-            stats.bytes_copied += copied;
-            stats.bytes_freed += end;
-            if budget_bytes == 0 {
-                return Ok(stats);
-            }
-        }
-    }
-
-    /// The maintenance thread: background checkpoints and the automatic compaction policy.
-    fn maintenance(self: Arc<Self>) {
-        loop {
-            {
-                let st = self.lock();
-                let (st, _) = self
-                    .maint_cv
-                    .wait_timeout(st, Duration::from_millis(500))
-                    .unwrap_or_else(|e| e.into_inner());
-                if st.shutdown || st.failed.is_some() {
-                    return;
-                }
-            }
-            let need_ckpt = {
-                let st = self.lock();
-                self.config.checkpoint_interval_bytes > 0
-                    && st.appended_since_checkpoint >= self.config.checkpoint_interval_bytes
-            };
-            if need_ckpt {
-                if let Err(e) = self.checkpoint_blocking() {
-                    tracing::warn!(error = %e, "background checkpoint failed");
-                }
-            }
-            if let CompactionPolicy::Auto { dead_ratio_min } = self.config.compaction {
-                if let Err(e) = self.compact_blocking(self.config.segment_bytes, dead_ratio_min) {
-                    // A close while compacting is not a failure.
-                    let closing = {
-                        let st = self.lock();
-                        st.shutdown || st.failed == Some("closed")
-                    };
-                    if !closing {
-                        tracing::warn!(error = %e, "background compaction failed");
-                    }
-                }
-            }
         }
     }
 }
@@ -1416,75 +905,6 @@ impl FileDevice {
                 self.shared.flush_cv.notify_one();
             }
             space.await;
-        }
-    }
-
-    /// Reads the value at `loc` through io_uring and checks it.
-    /// `retrieve`, or with `part` `retrieve_part`: part of a value is read alone, unchecked.
-    async fn read(&self, key: &[u8], range: ReadRange, part: bool) -> Result<Retrieved> {
-        self.shared.config.limits.check_key(key)?;
-        let _slot = self.gate.enter().await;
-        loop {
-            let (io, loc) = match self.shared.locate(key, range)? {
-                Ok(r) => return Ok(r),
-                Err(at) => at,
-            };
-            let r = match io {
-                Some(io) if self.ring.is_some() && loc.value_len > 0 => {
-                    self.read_uring(key, &io, loc, range, part).await
-                }
-                io => {
-                    let key = key.to_vec();
-                    self.blocking(move |sh| sh.read_record(&key, loc, io, range, part))
-                        .await
-                }
-            };
-            match r {
-                // Compaction moved the record while it was read (a freed slot may already
-                // hold other bytes): read it where it is now. An unchecked part cannot tell
-                // by its checksum, so it is read again whenever the record moved meanwhile
-                // (the index changes before a slot is freed).
-                Err(DeviceError::Corrupt { .. } | DeviceError::Io { .. })
-                    if self.shared.moved(key, &loc) => {}
-                Ok(_) if part && !self.shared.still_at(key, &loc) => {}
-                r => return r,
-            }
-        }
-    }
-
-    async fn read_uring(
-        &self,
-        key: &[u8],
-        io: &SegIo,
-        loc: Loc,
-        range: ReadRange,
-        part: bool,
-    ) -> Result<Retrieved> {
-        let ring = self.ring.as_ref().expect("checked by the caller");
-        let align = self.shared.read_align;
-        let part = Shared::part_of(loc, range, part)?;
-        let (at, value_len) = match part {
-            Some((s, e)) => (io.base + loc.value_offset() + s, e - s),
-            None => (io.base + loc.value_offset(), loc.value_len as u64),
-        };
-        let start = at / align * align;
-        let want = (at + value_len - start) as usize;
-        let len = (want as u64).div_ceil(align) as usize * align as usize;
-        let (buf, n) = ring
-            .read(&io.file, start, len)
-            .await
-            .map_err(|e| DeviceError::io("read record", e))?;
-        if n < want {
-            return Err(DeviceError::Corrupt {
-                location: format!("segment {} offset {}", loc.segment, loc.offset),
-                reason: "record past end of file",
-            });
-        }
-        let from = (at - start) as usize;
-        let value = &buf[from..from + value_len as usize];
-        match part {
-            Some(_) => Ok(Shared::unchecked(loc, value)),
-            None => Shared::check_value(key, loc, value, range),
         }
     }
 

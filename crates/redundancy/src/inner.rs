@@ -64,8 +64,9 @@ pub(crate) struct Inner {
     pub(crate) codecs: Mutex<HashMap<(u8, u8, u8), Arc<Codec>>>,
     pub(crate) locks: Vec<tokio::sync::Mutex<()>>,
     pub(crate) cache: Mutex<HashMap<Vec<u8>, ObjectMeta>>,
-    /// Per key stripe: changes of keys' metadata (writes and deletes, at their start and end),
-    /// so a read does not put into the cache what a change made stale while it read.
+    /// Per key stripe: changes of keys' metadata (writes and deletes at their start, at segment
+    /// 0 and at their end; repairs that rewrote pieces; heals that settle another version), so
+    /// a read does not put into the cache what a change made stale while it read.
     pub(crate) stamps: Vec<AtomicU64>,
     /// Unit tables of large pieces read below their segment (`part.rs`).
     pub(crate) unit_tables: Mutex<crate::part::UnitTables>,
@@ -210,9 +211,9 @@ impl Inner {
         stamps[Self::stripe(key)]
     }
 
-    /// Caches what a read found of `key`, unless a write or delete of a key of its stripe
-    /// began or ended since `stamp` was taken: the read may have seen what it replaced, and
-    /// reads below a segment trust the cache's version (`part.rs`).
+    /// Caches what a read found of `key`, unless a key of its stripe changed (`stamps`) since
+    /// `stamp` was taken: the read may have seen what the change replaced, and reads below a
+    /// segment trust the cache's version (`part.rs`).
     pub(crate) fn remember(&self, key: &[u8], meta: ObjectMeta, stamp: u64) {
         let mut c = self.cache.lock().unwrap();
         if self.stamp(key) != stamp {
@@ -246,8 +247,9 @@ impl Inner {
     }
 
     /// Drops what the cache knows of `key`, as a change of it: a write or delete calls it
-    /// when it begins and when it ends (or fails), so no read that overlapped it caches what
-    /// it saw.
+    /// when it begins and when it fails (a write that succeeds ends with
+    /// [`Inner::remember_written`]), a repair when it rewrote pieces, so no read that
+    /// overlapped it caches what it saw.
     pub(crate) fn forget(&self, key: &[u8]) {
         let mut c = self.cache.lock().unwrap();
         self.stamps[Self::stripe(key)].fetch_add(1, Ordering::SeqCst);
