@@ -483,8 +483,9 @@ mod tests {
         assert_eq!(p.write_bound_bps(100.0), 300.0);
         let k3 = plan_of(&MixedBenchArgs::new(Preset::ErailsK3), 0).unwrap();
         assert_eq!(k3.writes_per_read, Some(1.0 / 3.0));
-        // 128 KiB over k = 3: 43 691 B shards + header -> 11 units.
-        assert_eq!(k3.piece_device_bytes, 11 * 4096);
+        // 128 KiB over k = 3: 43 691 B shards, rounded up to 11 whole units (docs/format.md),
+        // and their 512-byte header with the unit table -> 12 units.
+        assert_eq!(k3.piece_device_bytes, 12 * 4096);
         // erails-decode: 2k devices, k readers, no writes, every object readable.
         let d = plan_of(&MixedBenchArgs::new(Preset::ErailsDecode), 4).unwrap();
         assert_eq!((d.devices, d.colours, d.window), (8, 8, 4));
