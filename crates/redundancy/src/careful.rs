@@ -48,13 +48,17 @@ impl Inner {
             devices,
             pieces: vec![None; n],
             corrupt: vec![false; n],
+            read_failed: vec![false; n],
             unreadable: vec![false; n],
             staged: vec![false; n],
         };
         for (pos, r) in reads.into_iter().enumerate() {
             match r {
                 Err(true) => scan.unreadable[pos] = true,
-                Err(false) => scan.corrupt[pos] = true,
+                Err(false) => {
+                    scan.corrupt[pos] = true;
+                    scan.read_failed[pos] = true;
+                }
                 Ok(None) => {}
                 Ok(Some(bytes)) => match PieceHeader::decode(&bytes) {
                     Ok((h, payload))
@@ -289,7 +293,15 @@ impl Inner {
             // Neither was acknowledged as durable, so the object reads as absent.
             return Ok(None);
         }
-        if want.is_none() && self.damage_tolerated(&scan) {
+        // Without one valid piece nothing says which mechanism the damaged ones had. Every
+        // mechanism keeps piece 0 on the primary: when the primary holds a corrupt piece, it
+        // may be all that is left of an acknowledged object (a hashed one, or one whose
+        // other pieces are damaged too), which is lost, not absent, and heal must not roll
+        // it back to absent. A primary that cleanly holds nothing never took an acknowledged
+        // version; one whose read failed says nothing, and is treated as one out of service.
+        let some_valid = scan.pieces.iter().any(|p| p.is_some());
+        let primary_corrupt = scan.corrupt[0] && !scan.read_failed[0];
+        if want.is_none() && (some_valid || !primary_corrupt) && self.damage_tolerated(&scan) {
             // No version decoded (a packed pointer may name a set that cannot). An acknowledged
             // version landed on every position in service when it was written (a device that
             // missed it left service), and its packing set on every device of the group, so

@@ -267,21 +267,37 @@ impl Inner {
         }
     }
 
+    /// Whether some position of `place` may hold a first segment of `key`: an index lookup
+    /// per device, no data read; errs towards `true` (a device that cannot be asked).
+    pub(crate) async fn holds_at(&self, key: &[u8], place: &Placement<'_>) -> bool {
+        let skey = segment_key(key, 0, 0);
+        for d in (0..place.width()).map(|i| place.device(i)) {
+            if !self.io.readable(d) || !matches!(self.io.exists(d, &skey).await, Ok(false)) {
+                return true;
+            }
+        }
+        false
+    }
+
     /// What is stored under `key`: the cache, else segment 0's header on the primary, else (when
-    /// the primary cannot answer) a scan of the whole placement.
-    pub(crate) async fn meta(&self, key: &[u8]) -> Result<Option<ObjectMeta>> {
+    /// the primary cannot answer) a scan of the whole placement. `locked`: the caller holds the
+    /// key's lock (else the scan takes it).
+    pub(crate) async fn meta(&self, key: &[u8], locked: bool) -> Result<Option<ObjectMeta>> {
         if let Some(m) = self.cached(key) {
             return Ok(Some(m));
         }
-        self.meta_at(key, &self.epochs().layout.place(key)).await
+        self.meta_at(key, &self.epochs().layout.place(key), locked)
+            .await
     }
 
     /// What `place` holds under `key` (the cache not asked): segment 0's header on the
-    /// primary, else a scan of the whole placement.
+    /// primary, else a scan of the whole placement, under the key's lock (taken unless
+    /// `locked`: the scan repairs, see `Manager::get_guessing`).
     pub(crate) async fn meta_at(
         &self,
         key: &[u8],
         place: &Placement<'_>,
+        locked: bool,
     ) -> Result<Option<ObjectMeta>> {
         let primary = place.device(0);
         if self.io.readable(primary) {
@@ -312,6 +328,10 @@ impl Inner {
                 Err(_) => {}
             }
         }
+        let _guard = match locked {
+            true => None,
+            false => Some(self.lock(key).await),
+        };
         Ok(self
             .slow_segment(key, 0, place, None)
             .await?

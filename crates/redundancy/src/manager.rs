@@ -3,7 +3,9 @@
 //! enough consistent pieces agree on, and rewrites pieces it finds bad, missing or stale.
 
 use crate::error::{RedundancyError, Result};
-use crate::format::{segment_key, PieceHeader, PieceKind, KEY_OVERHEAD_BYTES, PIECE_HEADER_BYTES};
+use crate::format::{
+    segment_key, staged_key, PieceHeader, PieceKind, KEY_OVERHEAD_BYTES, PIECE_HEADER_BYTES,
+};
 use crate::inner::{Epochs, Inner, Writing, KEY_LOCK_STRIPES};
 use crate::io::DeviceSet;
 use crate::mechanism::{ManagerConfig, Mechanism};
@@ -46,8 +48,11 @@ pub(crate) struct SegmentScan {
     pub devices: Vec<usize>,
     /// The valid piece at each position.
     pub pieces: Vec<Option<Piece>>,
-    /// A value was there but failed its checks.
+    /// A value was there but failed its checks, or reading it failed on a device still in
+    /// service.
     pub corrupt: Vec<bool>,
+    /// Of `corrupt`: the read failed (the device may hold anything, or nothing).
+    pub read_failed: Vec<bool>,
     /// The position's device could not be read.
     pub unreadable: Vec<bool>,
     /// The piece comes from a staged segment 0 (`format::staged_key`), not from the
@@ -283,7 +288,7 @@ impl Manager {
         };
         let _guard = inner.lock(key).await;
         inner.relocate_locked(key).await?;
-        let prev = inner.meta(key).await?;
+        let prev = inner.meta(key, true).await?;
         match (mode, &prev) {
             (StoreMode::InsertOnly, Some(_)) => {
                 return Err(RedundancyError::Exists { key: key.to_vec() })
@@ -330,7 +335,31 @@ impl Manager {
         // during it leaves the key at the target, and one that ended before the read began
         // left nothing at the source.
         let moved_from = inner.moved_from(&epochs, key);
-        let found = self.get_at(key, range, guess, &place).await;
+        let found = match self.read_at(key, range, guess, &place, false).await {
+            Ok(Some(found)) => Ok(found),
+            // No position holds a first segment (index lookups, no data read): absent, or a
+            // write not yet begun or a delete just done; nothing to repair.
+            Ok(None) if !inner.holds_at(key, &place).await => {
+                Err(RedundancyError::NotFound { key: key.to_vec() })
+            }
+            Ok(None) => {
+                // The cheap read did not settle. The careful read repairs what it finds
+                // missing or stale, which is only right while no write of the key is under
+                // way: it would put the old version back over pieces an overwrite just
+                // stored (leaving the acknowledged version short of its tolerance), or find
+                // neither version complete and answer "absent". It runs under the key's lock,
+                // and so does the look at the source of a move below.
+                let _guard = inner.lock(key).await;
+                let found = self.get_careful(key, range, guess, &place).await;
+                return match (found, moved_from) {
+                    (Err(RedundancyError::NotFound { .. }), Some(old)) => {
+                        self.get_moved(key, range, guess, &old, &place).await
+                    }
+                    (found, _) => found,
+                };
+            }
+            Err(e) => Err(e),
+        };
         if !matches!(found, Err(RedundancyError::NotFound { .. })) {
             return found;
         }
@@ -339,20 +368,55 @@ impl Manager {
         };
         // Not moved yet, or moved since the first look: under the lock no move is half done.
         let _guard = inner.lock(key).await;
-        match self.get_at(key, range, guess, &old).await {
-            Err(RedundancyError::NotFound { .. }) => self.get_at(key, range, guess, &place).await,
+        self.get_moved(key, range, guess, &old, &place).await
+    }
+
+    /// A read of a key that may be moving from `old` to `place`, under the key's lock (no
+    /// move is half done): the source first, then the target.
+    async fn get_moved(
+        &self,
+        key: &[u8],
+        range: ReadRange,
+        guess: Option<Mechanism>,
+        old: &Placement<'_>,
+        place: &Placement<'_>,
+    ) -> Result<(Vec<u8>, u64)> {
+        match self.get_careful(key, range, guess, old).await {
+            Err(RedundancyError::NotFound { .. }) => {
+                self.get_careful(key, range, guess, place).await
+            }
             other => other,
         }
     }
 
-    /// [`Manager::get`] at one placement.
-    async fn get_at(
+    /// [`Manager::read_at`] with the careful path allowed; the caller holds the key's lock.
+    async fn get_careful(
         &self,
         key: &[u8],
         range: ReadRange,
         guess: Option<Mechanism>,
         place: &Placement<'_>,
     ) -> Result<(Vec<u8>, u64)> {
+        self.read_at(key, range, guess, place, true)
+            .await?
+            .ok_or_else(|| RedundancyError::Lost {
+                key: key.to_vec(),
+                detail: "the careful read gave no answer".into(),
+            })
+    }
+
+    /// [`Manager::get`] at one placement. With `careful` false (no lock held) only the cheap
+    /// reads are made, and `Ok(None)` says one did not settle; with `careful` true the caller
+    /// holds the key's lock and every segment the cheap read cannot settle is read the careful
+    /// way (which repairs), so the answer is never `None`.
+    async fn read_at(
+        &self,
+        key: &[u8],
+        range: ReadRange,
+        guess: Option<Mechanism>,
+        place: &Placement<'_>,
+        careful: bool,
+    ) -> Result<Option<(Vec<u8>, u64)>> {
         let inner = &self.inner;
         let stamp = inner.stamp(key);
         let hint = inner.cached(key).map(|m| m.mechanism).or(guess);
@@ -360,20 +424,24 @@ impl Manager {
         // Only what the devices hold goes into the metadata cache: a write in progress may
         // still fail.
         let from_devices = overlapping.is_none();
-        if overlapping.is_none() {
+        if overlapping.is_none() && !careful {
             if let Some(found) = self.get_part(key, range, place).await {
-                return Ok(found);
+                return Ok(Some(found));
             }
         }
         let first = match overlapping {
             Some(Writing::Put(r)) => r,
             Some(Writing::Delete) => return Err(RedundancyError::NotFound { key: key.to_vec() }),
+            // The careful read follows a cheap one that did not settle: segment 0 is read
+            // the careful way at once (the cheap read again would double a faulty device's
+            // errors, and not repair).
+            None if careful => match inner.slow_segment(key, 0, place, None).await? {
+                Some(r) => r,
+                None => return Err(RedundancyError::NotFound { key: key.to_vec() }),
+            },
             None => match inner.fast_segment(key, 0, place, hint, None).await {
                 Some(r) => r,
-                None => match inner.slow_segment(key, 0, place, None).await? {
-                    Some(r) => r,
-                    None => return Err(RedundancyError::NotFound { key: key.to_vec() }),
-                },
+                None => return Ok(None),
             },
         };
         let (start, end) =
@@ -410,6 +478,7 @@ impl Manager {
                     .await
                 {
                     Some(r) => r,
+                    None if !careful => return Ok(None),
                     None => match inner.slow_segment(key, s, place, Some(version)).await? {
                         Some(r) => r,
                         None => {
@@ -450,7 +519,7 @@ impl Manager {
         if from_devices {
             inner.remember(key, meta, stamp);
         }
-        Ok((out, object_len))
+        Ok(Some((out, object_len)))
     }
 
     /// [`Manager::get`] of part of an object the metadata cache knows, read below its segments
@@ -532,8 +601,16 @@ impl Manager {
         inner.check_key(key)?;
         let _guard = inner.lock(key).await;
         inner.relocate_locked(key).await?;
-        let Some(prev) = inner.meta(key).await? else {
-            return Ok(false);
+        let prev = match inner.meta(key, true).await {
+            Ok(Some(prev)) => prev,
+            Ok(None) => return Ok(false),
+            Err(lost @ RedundancyError::Lost { .. }) => {
+                // What is left of an object that cannot be read (scrub counts it lost): its
+                // owner may still delete it, or it stays lost for ever.
+                self.delete_remains(key, lost).await?;
+                return Ok(true);
+            }
+            Err(e) => return Err(e),
         };
         // Ends (the cache forgetting the key) when this returns, however it returns.
         let _change = inner.change(key);
@@ -574,6 +651,66 @@ impl Manager {
             );
         }
         Ok(true)
+    }
+
+    /// Deletes every piece of `key` in its group, of any version: what is left of a lost
+    /// object (`lost` says why), whose versions and mechanism are unknown. Fails with `lost`
+    /// when no device of the group is in service. The caller holds the key's lock.
+    async fn delete_remains(&self, key: &[u8], lost: RedundancyError) -> Result<()> {
+        let inner = &self.inner;
+        let _change = inner.change(key);
+        let _writing = inner.writing(key, Writing::Delete);
+        let epochs = inner.epochs();
+        let place = epochs.layout.place(key);
+        // Later segments and staged copies: `s` + key + version + segment.
+        let mut later_prefix = staged_key(key, 0);
+        later_prefix.truncate(1 + key.len());
+        let in_service: Vec<usize> = (0..inner.width)
+            .map(|i| place.device(i))
+            .filter(|&d| !inner.io.is_failed(d))
+            .collect();
+        if in_service.is_empty() {
+            return Err(lost);
+        }
+        for d in in_service {
+            let mut doomed = vec![segment_key(key, 0, 0)];
+            let mut req = railstore_device::IterRequest {
+                prefix: later_prefix.clone(),
+                start_after: None,
+                entries_max: 4096,
+                with_values: false,
+            };
+            loop {
+                let batch = inner
+                    .io
+                    .iterate(d, &req)
+                    .await
+                    .map_err(|source| RedundancyError::Device { device: d, source })?;
+                doomed.extend(
+                    batch
+                        .entries
+                        .iter()
+                        .filter(|e| e.key.len() == later_prefix.len() + 12)
+                        .map(|e| e.key.clone()),
+                );
+                if !batch.more {
+                    break;
+                }
+                req.start_after = batch.entries.last().map(|e| e.key.clone());
+            }
+            for dkey in &doomed {
+                inner
+                    .io
+                    .delete(d, dkey)
+                    .await
+                    .map_err(|source| RedundancyError::Device { device: d, source })?;
+            }
+        }
+        tracing::warn!(
+            key = %crate::error::show_key(key),
+            "deleted what was left of a lost object"
+        );
+        Ok(())
     }
 
     /// The user keys starting with `prefix` that some healthy device holds a first segment of,
@@ -620,7 +757,7 @@ impl Manager {
         // Decided before the first look, as for a read (`get_guessing`).
         let epochs = inner.epochs();
         let moved_from = inner.moved_from(&epochs, key);
-        let found = inner.meta(key).await?;
+        let found = inner.meta(key, false).await?;
         if found.is_some() {
             return Ok(found);
         }
@@ -628,9 +765,9 @@ impl Manager {
             return Ok(None);
         };
         let _guard = inner.lock(key).await;
-        match inner.meta_at(key, &old).await? {
+        match inner.meta_at(key, &old, true).await? {
             Some(m) => Ok(Some(m)),
-            None => inner.meta_at(key, &epochs.layout.place(key)).await,
+            None => inner.meta_at(key, &epochs.layout.place(key), true).await,
         }
     }
 
@@ -656,16 +793,9 @@ impl Manager {
             Some(_) => Some(inner.lock(key).await),
             None => None,
         };
-        let skey = segment_key(key, 0, 0);
         for p in std::iter::once(&place).chain(moved_from.as_ref()) {
-            for d in (0..p.width()).map(|i| p.device(i)) {
-                if !inner.io.readable(d) {
-                    return Ok(true);
-                }
-                match inner.io.exists(d, &skey).await {
-                    Ok(false) => {}
-                    Ok(true) | Err(_) => return Ok(true),
-                }
+            if inner.holds_at(key, p).await {
+                return Ok(true);
             }
         }
         Ok(false)

@@ -207,6 +207,7 @@ impl Inner {
             if !own {
                 merged.pieces[pos] = Some(piece);
                 merged.corrupt[pos] = false;
+                merged.read_failed[pos] = false;
                 merged.staged[pos] = true;
             }
         }

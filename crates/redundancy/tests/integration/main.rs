@@ -1,5 +1,6 @@
 //! The crate's integration tests, one module per file, built and linked as one binary.
 
+mod concurrent;
 mod crash;
 mod faults;
 mod fixtures;
