@@ -243,7 +243,9 @@ impl Inner {
 
     /// Whether a whole-segment payload has the length its header implies.
     pub(crate) fn segment_len_ok(&self, h: &PieceHeader, len: usize, mech: Mechanism) -> bool {
-        expected_segment_len(h, self.segment_bytes(mech)) == Some(len)
+        self.segment_cuts(mech)
+            .iter()
+            .any(|&cut| expected_segment_len(h, cut) == Some(len))
     }
 
     /// Reassembles a segment from k or more shards (missing ones decoded).
@@ -257,13 +259,17 @@ impl Inner {
     ) -> Result<Vec<u8>> {
         let (ku, n) = (k as usize, (k + m) as usize);
         let shard_len = h.payload_len as usize;
-        let seg_len = expected_segment_len(h, self.segment_bytes(Mechanism::Split { code, k, m }))
-            .ok_or_else(|| RedundancyError::Config("segment header inconsistent".into()))?;
-        if seg_len.div_ceil(ku) != shard_len
-            && crate::part::unit_shard_len(seg_len, ku) != Some(shard_len)
-        {
-            return Err(RedundancyError::Config("shard length inconsistent".into()));
-        }
+        // The segment's length under the cut whose shard length this is (the cuts' shard
+        // lengths never coincide, `inner::tabled_payload_max`).
+        let seg_len = self
+            .segment_cuts(Mechanism::Split { code, k, m })
+            .iter()
+            .filter_map(|&cut| expected_segment_len(h, cut))
+            .find(|&len| {
+                len.div_ceil(ku) == shard_len
+                    || crate::part::unit_shard_len(len, ku) == Some(shard_len)
+            })
+            .ok_or_else(|| RedundancyError::Config("shard length inconsistent".into()))?;
         if shards.iter().take(ku).any(|s| s.is_none()) {
             let present: Vec<bool> = shards.iter().map(|s| s.is_some()).collect();
             let mut bufs: Vec<Vec<u8>> = shards

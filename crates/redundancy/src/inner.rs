@@ -4,7 +4,10 @@
 //! modules beside it.
 
 use crate::error::{RedundancyError, Result};
-use crate::format::{segment_key, PieceHeader, PIECE_HEADER_BYTES};
+use crate::format::{
+    segment_key, unit_header_bytes, PieceHeader, PieceKind, PIECE_HEADER_BYTES,
+    PIECE_UNITS_MIN_PAYLOAD, PIECE_UNIT_BYTES,
+};
 use crate::io::DeviceSet;
 use crate::manager::{mechanism_of, ObjectMeta, Resolved};
 use crate::mechanism::{ManagerConfig, Mechanism};
@@ -80,6 +83,9 @@ pub(crate) struct Inner {
     pub(crate) version: AtomicU64,
     pub(crate) key_bytes_max: usize,
     pub(crate) piece_payload_max: usize,
+    /// The payload of a full segment's copy or shard: whole units with their table, one
+    /// device value (see [`tabled_payload_max`]).
+    pub(crate) tabled_payload_max: usize,
     pub(crate) packer: Packer,
     /// Per device: syncs that concurrent writers share (see [`Inner::sync_shared`]); grows
     /// with the array.
@@ -146,9 +152,22 @@ impl Inner {
 
     /// Bytes of user data in one full segment under `mech`.
     pub(crate) fn segment_bytes(&self, mech: Mechanism) -> usize {
+        self.segment_cuts(mech)[0]
+    }
+
+    /// The segment lengths objects of `mech` may be cut at: what new writes use, then what
+    /// writes used before unit tables covered full segments (the whole device value, with no
+    /// room for a table). An object's own cut is the length of its segment 0 when it has
+    /// more than one (`ObjectMeta::segment_bytes`); a piece's header alone fits only one of
+    /// the two (see `tabled_payload_max`).
+    pub(crate) fn segment_cuts(&self, mech: Mechanism) -> [usize; 2] {
+        let legacy = self.piece_payload_max;
         match mech {
-            Mechanism::Split { k, .. } => self.piece_payload_max * k as usize,
-            _ => self.piece_payload_max,
+            Mechanism::Split { k, .. } => {
+                [self.tabled_payload_max * k as usize, legacy * k as usize]
+            }
+            Mechanism::Replicate { .. } => [self.tabled_payload_max, legacy],
+            _ => [legacy, legacy],
         }
     }
 
@@ -315,11 +334,21 @@ impl Inner {
                         if let Ok(h) = PieceHeader::decode_unchecked(&bytes) {
                             if let Some(mech) = mechanism_of(&h) {
                                 self.observe_version(h.version);
+                                // Segment 0 is full when there are more: its length is the cut.
+                                let segment_bytes = match (h.segment_count > 1, h.kind) {
+                                    (false, _) => h.object_len.max(1),
+                                    (true, PieceKind::Shard) => h.k as u64 * h.payload_len as u64,
+                                    (true, PieceKind::Copy | PieceKind::Hashed) => {
+                                        h.payload_len as u64
+                                    }
+                                    (true, _) => self.segment_bytes(mech) as u64,
+                                };
                                 return Ok(Some(ObjectMeta {
                                     mechanism: mech,
                                     version: h.version,
                                     len: h.object_len,
                                     segments: h.segment_count,
+                                    segment_bytes,
                                 }));
                             }
                         }
@@ -483,6 +512,24 @@ impl Inner {
 }
 
 /// The payload length a whole-segment piece must have, from its header.
+/// The longest payload of whole 4 KiB units whose unit table still fits a device value of
+/// `piece_payload_max` + the plain header, and at least one unit shorter than
+/// `piece_payload_max`: then a reader tells a piece of a full segment cut this way from one
+/// cut at `piece_payload_max` (before unit tables) by its length alone, and the last
+/// segment's shards of the two cuts differ by more than the rounding to whole units.
+/// `piece_payload_max` itself when no such payload reaches the minimum for a table.
+pub(crate) fn tabled_payload_max(piece_payload_max: usize) -> usize {
+    let mut p =
+        piece_payload_max.saturating_sub(PIECE_UNIT_BYTES) / PIECE_UNIT_BYTES * PIECE_UNIT_BYTES;
+    while p >= PIECE_UNITS_MIN_PAYLOAD {
+        if unit_header_bytes(p) + p <= piece_payload_max + PIECE_HEADER_BYTES {
+            return p;
+        }
+        p -= PIECE_UNIT_BYTES;
+    }
+    piece_payload_max
+}
+
 pub(crate) fn expected_segment_len(h: &PieceHeader, segment_bytes: usize) -> Option<usize> {
     let count = h.segment_count as u64;
     if count == 0 || h.segment >= h.segment_count {

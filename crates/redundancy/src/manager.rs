@@ -32,6 +32,9 @@ pub struct ObjectMeta {
     pub len: u64,
     /// Segments.
     pub segments: u32,
+    /// The length of every segment but the last (segment 0's, when there are more than one;
+    /// the object's length, at least 1, otherwise): the cut the object was written with.
+    pub segment_bytes: u64,
 }
 
 /// One valid piece read from a device.
@@ -83,6 +86,10 @@ impl Resolved {
             version: self.version,
             len: self.object_len,
             segments: self.segment_count,
+            segment_bytes: match self.segment_count > 1 {
+                true => self.data.len() as u64,
+                false => self.object_len.max(1),
+            },
         }
     }
 }
@@ -151,6 +158,7 @@ impl Manager {
         let value_max = devices.iter().map(|d| d.limits().value_bytes_max).min();
         let key_bytes_max = key_max.unwrap_or(0).saturating_sub(KEY_OVERHEAD_BYTES);
         let piece_payload_max = value_max.unwrap_or(0).saturating_sub(PIECE_HEADER_BYTES);
+        let tabled_payload_max = crate::inner::tabled_payload_max(piece_payload_max);
         if key_bytes_max == 0 || piece_payload_max < 64 {
             return Err(RedundancyError::Config(
                 "device key or value limits too small for piece headers".into(),
@@ -192,6 +200,7 @@ impl Manager {
             version: AtomicU64::new(start),
             key_bytes_max,
             piece_payload_max,
+            tabled_payload_max,
             sync_groups: std::sync::RwLock::new(
                 (0..device_count).map(|_| Arc::default()).collect(),
             ),
@@ -451,7 +460,7 @@ impl Manager {
                     offset: range.offset,
                     len: first.object_len,
                 })?;
-        let seg_bytes = inner.segment_bytes(first.mechanism) as u64;
+        let seg_bytes = first.meta().segment_bytes;
         let (s_first, s_last) = if end > start {
             (start / seg_bytes, (end - 1) / seg_bytes)
         } else {
@@ -537,7 +546,7 @@ impl Manager {
         if start == end || (start == 0 && end == meta.len) {
             return None;
         }
-        let seg_bytes = inner.segment_bytes(meta.mechanism) as u64;
+        let seg_bytes = meta.segment_bytes;
         let mut out = Vec::with_capacity((end - start) as usize);
         for s in start / seg_bytes..=(end - 1) / seg_bytes {
             let seg_start = s * seg_bytes;

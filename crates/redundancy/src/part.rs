@@ -158,7 +158,7 @@ impl Inner {
         lo: usize,
         hi: usize,
     ) -> Option<Vec<u8>> {
-        let seg_bytes = self.segment_bytes(meta.mechanism) as u64;
+        let seg_bytes = meta.segment_bytes;
         let seg_start = segment as u64 * seg_bytes;
         let seg_len = meta.len.checked_sub(seg_start)?.min(seg_bytes) as usize;
         if lo >= hi || hi > seg_len {
@@ -420,5 +420,32 @@ mod tests {
         t.insert(0, b"c", table(10), 3 * one);
         t.insert(0, b"d", table(10), 3 * one);
         assert!(t.get(0, b"a").is_some() && t.get(0, b"b").is_none());
+    }
+
+    #[test]
+    fn full_segments_are_cut_for_a_table_and_apart_from_whole_values() {
+        use crate::format::unit_header_bytes;
+        use crate::inner::tabled_payload_max;
+        for value_max in [2 << 20, 1 << 20, 3 << 20, 100_000, 40_000, 1 << 16] {
+            let whole = value_max - PIECE_HEADER_BYTES;
+            let p = tabled_payload_max(whole);
+            // Whole units, the table fits, and at least a unit apart from the whole value:
+            // the last segments' rounded shards of the two cuts never coincide.
+            assert_eq!(p % PIECE_UNIT_BYTES, 0, "{value_max}");
+            assert!(p + unit_header_bytes(p) <= value_max, "{value_max}");
+            assert!(whole - p >= PIECE_UNIT_BYTES, "{value_max}");
+            // And the longest such.
+            let next = p + PIECE_UNIT_BYTES;
+            assert!(
+                next + unit_header_bytes(next) > value_max || whole - next < PIECE_UNIT_BYTES,
+                "{value_max}"
+            );
+        }
+        assert_eq!(
+            tabled_payload_max((2 << 20) - PIECE_HEADER_BYTES),
+            510 * 4096
+        );
+        // No table fits: whole values.
+        assert_eq!(tabled_payload_max(10_000), 10_000);
     }
 }

@@ -74,6 +74,10 @@ impl Inner {
             version,
             len: value.len() as u64,
             segments: segments_u32,
+            segment_bytes: match segments > 1 {
+                true => seg_bytes as u64,
+                false => (value.len() as u64).max(1),
+            },
         });
         Ok(())
     }

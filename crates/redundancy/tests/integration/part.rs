@@ -4,7 +4,6 @@
 //! not serving reads (decoded from other shards' units), and for pieces written without unit
 //! tables.
 
-use crate::shaped::Shaped;
 use railstore_device::*;
 use railstore_redundancy::format::{segment_key, PieceHeader};
 use railstore_redundancy::{Manager, ManagerConfig, Mechanism, Policy, ReadPlan};
@@ -49,8 +48,8 @@ async fn ranges_read_below_segments_match_the_object_and_read_little() {
         let seed = SEED ^ devices as u64;
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let (m, _) = manager(mechanism, devices).await;
-        // One segment, and several (2 MiB device values): a piece filling a whole value has
-        // no room for a table and is read whole, the last segment's are read in part.
+        // One segment, and several (2 MiB device values; full segments cut one unit short of
+        // a whole value, so that their pieces carry a table too).
         let lens = [1_900_000, 5 * (1 << 20) + 12_345, 13 * (1 << 20) + 999];
         let mut values = Vec::new();
         for (i, len) in lens.into_iter().enumerate() {
@@ -313,37 +312,15 @@ async fn ranges_read_below_segments_on_file_devices() {
 
 #[tokio::test]
 async fn shards_of_the_older_length_are_repaired_at_their_length() {
-    // Written with shards of ceil(len / 3) bytes (no room for a table, so not rounded up to
-    // whole units), then read and repaired by a manager that would round a new write's.
+    // Written with shards of ceil(len / 3) bytes (as before unit tables, so not rounded up
+    // to whole units), then read and repaired by a manager that would round a new write's.
     let len: usize = (3 << 19) + 1000;
     let plain = len.div_ceil(3);
     assert_ne!(plain % 4096, 0);
-    let mems: Vec<Arc<MemDevice>> = (0..6)
-        .map(|_| Arc::new(MemDevice::new(MemConfig::default()).unwrap()))
-        .collect();
-    let config = ManagerConfig {
-        policy: Policy::Standalone(Mechanism::parse("split3+3").unwrap()),
-        ..ManagerConfig::default()
-    };
+    let (m, mems) = manager("split3+3", 6).await;
     let value = object(&mut ChaCha8Rng::seed_from_u64(SEED), len);
-    let old = Manager::open(
-        mems.iter()
-            .map(|d| Arc::new(Shaped::limited(d.clone(), plain + 152)) as Arc<dyn Device>)
-            .collect(),
-        config.clone(),
-    )
-    .await
-    .unwrap();
-    old.put(b"k", &value, StoreMode::Upsert, None)
-        .await
-        .unwrap();
-    drop(old);
-    let m = Manager::open(
-        mems.iter().map(|d| d.clone() as Arc<dyn Device>).collect(),
-        config,
-    )
-    .await
-    .unwrap();
+    let mech = Mechanism::parse("split3+3").unwrap();
+    put_cut_at_whole_values(&m, &mems, mech, b"k", &value, false).await;
     let dkey = segment_key(b"k", 0, 0);
     let lengths = || async {
         let mut v = Vec::new();
@@ -376,4 +353,150 @@ async fn shards_of_the_older_length_are_repaired_at_their_length() {
         "repaired at the stored length"
     );
     assert!(read(&m, b"k", 1_000_000, 5000).await == value[1_000_000..1_005_000]);
+}
+
+/// Stores `value` under `key` as the code before unit tables covered full segments cut it:
+/// segments of a whole device value (2 MiB - 52 B a piece), full pieces in format 1, the
+/// last segment's with a table (format 2, shards rounded to whole units) when `tables`, else
+/// as the code before unit tables wrote them (format 1, shards of ceil(len / k)).
+async fn put_cut_at_whole_values(
+    m: &Manager,
+    mems: &[Arc<MemDevice>],
+    mech: Mechanism,
+    key: &[u8],
+    value: &[u8],
+    tables: bool,
+) {
+    let piece_max = (2 << 20) - railstore_redundancy::format::PIECE_HEADER_BYTES;
+    let (k, code, count) = match mech {
+        Mechanism::Replicate { r } => (1usize, None, r as usize),
+        Mechanism::Split { code, k, m } => (k as usize, Some(code), (k + m) as usize),
+        other => panic!("{other}"),
+    };
+    let cut = piece_max * k;
+    let segments = value.len().div_ceil(cut);
+    let version = 77;
+    let layout = m.layout();
+    let place = layout.place(key).of_pieces(count);
+    for s in 0..segments {
+        let data = &value[s * cut..((s + 1) * cut).min(value.len())];
+        let full = data.len() == cut;
+        let payloads: Vec<Vec<u8>> = match code {
+            None => vec![data.to_vec(); count],
+            Some(code) => {
+                let shard = match (full, tables) {
+                    (true, _) => piece_max,
+                    (false, true) => data.len().div_ceil(k).next_multiple_of(4096),
+                    (false, false) => data.len().div_ceil(k),
+                };
+                let mut padded = data.to_vec();
+                padded.resize(shard * count, 0);
+                let codec =
+                    railstore_ec::Codec::new(railstore_ec::Code::new(code, k, count - k).unwrap())
+                        .unwrap();
+                let (data_part, parity_part) = padded.split_at_mut(shard * k);
+                let data_shards: Vec<&[u8]> = data_part.chunks(shard).collect();
+                let mut parity: Vec<&mut [u8]> = parity_part.chunks_mut(shard).collect();
+                codec.encode(&data_shards, &mut parity).unwrap();
+                padded.chunks(shard).map(|c| c.to_vec()).collect()
+            }
+        };
+        for (i, payload) in payloads.iter().enumerate() {
+            let h = PieceHeader {
+                kind: match code {
+                    None => railstore_redundancy::format::PieceKind::Copy,
+                    Some(_) => railstore_redundancy::format::PieceKind::Shard,
+                },
+                code: code.map(|c| c.as_u8()).unwrap_or(0),
+                k: if code.is_some() { k as u8 } else { count as u8 },
+                m: if code.is_some() { (count - k) as u8 } else { 0 },
+                index: i as u8,
+                segment: s as u32,
+                segment_count: segments as u32,
+                object_len: value.len() as u64,
+                version,
+                set: 0,
+                payload_len: payload.len() as u32,
+            };
+            let bytes = match !full && tables {
+                true => h.encode_units(payload),
+                false => h.encode(payload),
+            };
+            mems[place.device(i)]
+                .store(
+                    &segment_key(key, s as u32, version),
+                    &bytes,
+                    StoreMode::Upsert,
+                )
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// Full segments are cut one unit short of a whole device value, so their copies and shards
+/// carry unit tables and are read in part; objects cut at whole device values before that are
+/// still read, whole and in part, and repaired at their own cut.
+#[tokio::test]
+async fn objects_of_either_segment_cut_are_read_and_repaired() {
+    for (mechanism, devices) in [("rep3", 3), ("split3+3", 6)] {
+        let mech = Mechanism::parse(mechanism).unwrap();
+        let (m, mems) = manager(mechanism, devices).await;
+        let mut rng = ChaCha8Rng::seed_from_u64(SEED ^ 0xc47);
+        let k = match mech {
+            Mechanism::Split { k, .. } => k as usize,
+            _ => 1,
+        };
+        let len = 2 * k * (2 << 20) + 300_001;
+        let old_value = object(&mut rng, len);
+        put_cut_at_whole_values(&m, &mems, mech, b"old", &old_value, true).await;
+        let new_value = object(&mut rng, len);
+        m.put(b"new", &new_value, StoreMode::Upsert, None)
+            .await
+            .unwrap();
+        for (key, value) in [(&b"old"[..], &old_value), (&b"new"[..], &new_value)] {
+            let name = String::from_utf8_lossy(key);
+            assert!(
+                m.get(key, ReadRange::ALL).await.unwrap().0 == *value,
+                "{mechanism} {name}: whole read"
+            );
+            for _ in 0..100 {
+                let offset = rng.gen_range(0..len as u64);
+                let want = rng.gen_range(1..3 << 20);
+                let end = (offset + want).min(len as u64) as usize;
+                assert!(
+                    read(&m, key, offset, want).await == value[offset as usize..end],
+                    "{mechanism} {name}: range {offset}+{want}"
+                );
+            }
+        }
+        // A new object's full segment is read in part: an aligned 4 KiB read in segment 0
+        // reads one unit (its table kept after the first read).
+        let before = bytes_read(&m);
+        for i in 0..32u64 {
+            let offset = i * 12_288;
+            assert!(read(&m, b"new", offset, 4096).await == new_value[offset as usize..][..4096]);
+        }
+        let per_read = (bytes_read(&m) - before) / 32;
+        assert!(
+            per_read <= 4096 + 1024,
+            "{mechanism}: {per_read} B read per 4 KiB read of a full segment"
+        );
+        // A lost piece of the old object's segment 0 is written again at the old cut.
+        let layout = m.layout();
+        let place = layout.place(b"old").of_pieces(mech.pieces());
+        let dkey = segment_key(b"old", 0, 0);
+        mems[place.device(0)].delete(&dkey, true).await.unwrap();
+        assert!(m.get_resolved(b"old").await.unwrap().0 == old_value);
+        let repaired = mems[place.device(0)]
+            .retrieve(&dkey, ReadRange::ALL)
+            .await
+            .unwrap();
+        let (h, _) = PieceHeader::decode(&repaired.value).unwrap();
+        assert_eq!(
+            h.payload_len as usize,
+            (2 << 20) - railstore_redundancy::format::PIECE_HEADER_BYTES,
+            "{mechanism}: repaired at another cut"
+        );
+    }
 }

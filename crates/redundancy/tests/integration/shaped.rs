@@ -1,5 +1,4 @@
-//! A memory device that presents itself otherwise: on another node, or admitting shorter
-//! values than it could hold.
+//! A memory device that presents itself as on another node.
 
 use async_trait::async_trait;
 use railstore_device::*;
@@ -9,8 +8,6 @@ pub struct Shaped {
     pub inner: Arc<MemDevice>,
     /// What [`Device::remote`] says.
     pub remote: bool,
-    /// A smaller value limit than the memory device's, enforced.
-    pub value_bytes_max: Option<usize>,
 }
 
 impl Shaped {
@@ -19,16 +16,6 @@ impl Shaped {
         Shaped {
             inner,
             remote: true,
-            value_bytes_max: None,
-        }
-    }
-
-    /// `inner`, admitting values of at most `max` bytes.
-    pub fn limited(inner: Arc<MemDevice>, max: usize) -> Shaped {
-        Shaped {
-            inner,
-            remote: false,
-            value_bytes_max: Some(max),
         }
     }
 }
@@ -36,7 +23,6 @@ impl Shaped {
 #[async_trait]
 impl Device for Shaped {
     async fn store(&self, key: &[u8], value: &[u8], mode: StoreMode) -> Result<()> {
-        self.limits().check(key, value)?;
         self.inner.store(key, value, mode).await
     }
     async fn retrieve(&self, key: &[u8], range: ReadRange) -> Result<Retrieved> {
@@ -58,11 +44,7 @@ impl Device for Shaped {
         self.inner.sync().await
     }
     fn limits(&self) -> Limits {
-        let limits = self.inner.limits();
-        Limits {
-            value_bytes_max: self.value_bytes_max.unwrap_or(limits.value_bytes_max),
-            ..limits
-        }
+        self.inner.limits()
     }
     fn remote(&self) -> bool {
         self.remote
