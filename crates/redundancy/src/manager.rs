@@ -344,14 +344,14 @@ impl Manager {
         // during it leaves the key at the target, and one that ended before the read began
         // left nothing at the source.
         let moved_from = inner.moved_from(&epochs, key);
-        let found = match self.read_at(key, range, guess, &place, false).await {
-            Ok(Some(found)) => Ok(found),
+        let found = match self.read_at(key, range, guess, &place, None).await {
+            Ok(Ok(found)) => Ok(found),
             // No position holds a first segment (index lookups, no data read): absent, or a
             // write not yet begun or a delete just done; nothing to repair.
-            Ok(None) if !inner.holds_at(key, &place).await => {
+            Ok(Err(0)) if !inner.holds_at(key, &place).await => {
                 Err(RedundancyError::NotFound { key: key.to_vec() })
             }
-            Ok(None) => {
+            Ok(Err(unsettled)) => {
                 // The cheap read did not settle. The careful read repairs what it finds
                 // missing or stale, which is only right while no write of the key is under
                 // way: it would put the old version back over pieces an overwrite just
@@ -359,7 +359,7 @@ impl Manager {
                 // neither version complete and answer "absent". It runs under the key's lock,
                 // and so does the look at the source of a move below.
                 let _guard = inner.lock(key).await;
-                let found = self.get_careful(key, range, guess, &place).await;
+                let found = self.get_careful(key, range, guess, &place, unsettled).await;
                 return match (found, moved_from) {
                     (Err(RedundancyError::NotFound { .. }), Some(old)) => {
                         self.get_moved(key, range, guess, &old, &place).await
@@ -390,42 +390,48 @@ impl Manager {
         old: &Placement<'_>,
         place: &Placement<'_>,
     ) -> Result<(Vec<u8>, u64)> {
-        match self.get_careful(key, range, guess, old).await {
+        match self.get_careful(key, range, guess, old, u32::MAX).await {
             Err(RedundancyError::NotFound { .. }) => {
-                self.get_careful(key, range, guess, place).await
+                self.get_careful(key, range, guess, place, u32::MAX).await
             }
             other => other,
         }
     }
 
-    /// [`Manager::read_at`] with the careful path allowed; the caller holds the key's lock.
+    /// [`Manager::read_at`] with the careful path allowed, segment `unsettled` read the
+    /// careful way at once (a cheap read of it just failed); the caller holds the key's lock.
     async fn get_careful(
         &self,
         key: &[u8],
         range: ReadRange,
         guess: Option<Mechanism>,
         place: &Placement<'_>,
+        unsettled: u32,
     ) -> Result<(Vec<u8>, u64)> {
-        self.read_at(key, range, guess, place, true)
+        self.read_at(key, range, guess, place, Some(unsettled))
             .await?
-            .ok_or_else(|| RedundancyError::Lost {
+            .map_err(|_| RedundancyError::Lost {
                 key: key.to_vec(),
                 detail: "the careful read gave no answer".into(),
             })
     }
 
-    /// [`Manager::get`] at one placement. With `careful` false (no lock held) only the cheap
-    /// reads are made, and `Ok(None)` says one did not settle; with `careful` true the caller
-    /// holds the key's lock and every segment the cheap read cannot settle is read the careful
-    /// way (which repairs), so the answer is never `None`.
+    /// [`Manager::get`] at one placement. With `careful` `None` (no lock held) only the cheap
+    /// reads are made, and `Ok(Err(s))` says the one of segment `s` did not settle. With
+    /// `Some(s)` the caller holds the key's lock: every segment the cheap read cannot settle
+    /// is read the careful way (which repairs), segment `s` at once (reading it the cheap way
+    /// again would double a faulty device's errors and not repair), and the answer is never
+    /// `Ok(Err(_))`. Only the segments the range needs are read beside segment 0, so a
+    /// careful read of one bad segment of a large object reads that segment whole, not the
+    /// object.
     async fn read_at(
         &self,
         key: &[u8],
         range: ReadRange,
         guess: Option<Mechanism>,
         place: &Placement<'_>,
-        careful: bool,
-    ) -> Result<Option<(Vec<u8>, u64)>> {
+        careful: Option<u32>,
+    ) -> Result<std::result::Result<(Vec<u8>, u64), u32>> {
         let inner = &self.inner;
         let stamp = inner.stamp(key);
         let hint = inner.cached(key).map(|m| m.mechanism).or(guess);
@@ -433,25 +439,28 @@ impl Manager {
         // Only what the devices hold goes into the metadata cache: a write in progress may
         // still fail.
         let from_devices = overlapping.is_none();
-        if overlapping.is_none() && !careful {
+        if overlapping.is_none() && careful.is_none() {
             if let Some(found) = self.get_part(key, range, place).await {
-                return Ok(Some(found));
+                return Ok(Ok(found));
             }
         }
         let first = match overlapping {
             Some(Writing::Put(r)) => r,
             Some(Writing::Delete) => return Err(RedundancyError::NotFound { key: key.to_vec() }),
-            // The careful read follows a cheap one that did not settle: segment 0 is read
-            // the careful way at once (the cheap read again would double a faulty device's
-            // errors, and not repair).
-            None if careful => match inner.slow_segment(key, 0, place, None).await? {
-                Some(r) => r,
-                None => return Err(RedundancyError::NotFound { key: key.to_vec() }),
-            },
-            None => match inner.fast_segment(key, 0, place, hint, None).await {
-                Some(r) => r,
-                None => return Ok(None),
-            },
+            None => {
+                let cheap = match careful {
+                    Some(0) => None,
+                    _ => inner.fast_segment(key, 0, place, hint, None).await,
+                };
+                match (cheap, careful) {
+                    (Some(r), _) => r,
+                    (None, None) => return Ok(Err(0)),
+                    (None, Some(_)) => match inner.slow_segment(key, 0, place, None).await? {
+                        Some(r) => r,
+                        None => return Err(RedundancyError::NotFound { key: key.to_vec() }),
+                    },
+                }
+            }
         };
         let (start, end) =
             range
@@ -482,12 +491,17 @@ impl Manager {
                 first.take().expect("segment 0 is read once")
             } else {
                 let s = s as u32;
-                match inner
-                    .fast_segment(key, s, place, Some(mechanism), Some(version))
-                    .await
-                {
+                let cheap = match careful {
+                    Some(c) if c == s => None,
+                    _ => {
+                        inner
+                            .fast_segment(key, s, place, Some(mechanism), Some(version))
+                            .await
+                    }
+                };
+                match cheap {
                     Some(r) => r,
-                    None if !careful => return Ok(None),
+                    None if careful.is_none() => return Ok(Err(s)),
                     None => match inner.slow_segment(key, s, place, Some(version)).await? {
                         Some(r) => r,
                         None => {
@@ -528,7 +542,7 @@ impl Manager {
         if from_devices {
             inner.remember(key, meta, stamp);
         }
-        Ok(Some((out, object_len)))
+        Ok(Ok((out, object_len)))
     }
 
     /// [`Manager::get`] of part of an object the metadata cache knows, read below its segments

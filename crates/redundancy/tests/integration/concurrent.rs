@@ -4,7 +4,9 @@
 //!   not repair the old version back over the pieces the write already stored, which would
 //!   leave the acknowledged version with fewer pieces than its tolerance needs;
 //! - an object none of whose pieces is valid, only corrupt ones, is lost, not absent: a read
-//!   errs and a scrub reports it instead of deleting what is left.
+//!   errs and a scrub reports it instead of deleting what is left, and it can be deleted;
+//! - the careful read (under the lock) reads the segment whose cheap read failed, not the
+//!   whole object.
 
 use railstore_device::{
     Device, DeviceError, DeviceInfo, IterBatch, IterRequest, Limits, MemDevice, ReadRange,
@@ -111,6 +113,21 @@ async fn open(held: &[Arc<Held>], mech: &str) -> Manager {
     )
     .await
     .unwrap()
+}
+
+/// Every key the device holds.
+async fn device_keys(dev: &Held) -> Vec<Vec<u8>> {
+    let all = dev
+        .inner
+        .iterate(&IterRequest {
+            prefix: Vec::new(),
+            start_after: None,
+            entries_max: 100_000,
+            with_values: false,
+        })
+        .await
+        .unwrap();
+    all.entries.into_iter().map(|e| e.key).collect()
 }
 
 /// Waits (real time, briefly) until `done` holds.
@@ -288,19 +305,10 @@ async fn a_lost_object_is_deleted_with_its_later_segments() {
         let held = held[d].clone();
         let key = key.clone();
         async move {
-            let all = held
-                .inner
-                .iterate(&IterRequest {
-                    prefix: Vec::new(),
-                    start_after: None,
-                    entries_max: 100_000,
-                    with_values: false,
-                })
+            device_keys(&held)
                 .await
-                .unwrap();
-            all.entries
                 .iter()
-                .filter(|e| e.key.windows(key.len()).any(|w| w == key.as_slice()))
+                .filter(|k| k.windows(key.len()).any(|w| w == key.as_slice()))
                 .count()
         }
     };
@@ -358,5 +366,64 @@ async fn a_read_error_on_the_primary_is_not_taken_for_a_lost_object() {
     assert_eq!(
         m.get(&key, ReadRange::ALL).await.unwrap().0,
         vec![4u8; 2000]
+    );
+}
+
+/// A careful read is as narrow as the cheap read that failed: a range of a large object whose
+/// segment 3 lost copies reads segment 0 the cheap way and segment 3 the careful way (and
+/// repairs it), not every segment of the object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_careful_read_of_one_bad_segment_reads_that_segment() {
+    let (m, held) = array("rep3").await;
+    let key = b"vol/large".to_vec();
+    let value: Vec<u8> = (0..13_000_000u32).map(|i| (i % 247) as u8).collect();
+    m.put(&key, &value, StoreMode::Upsert, None).await.unwrap();
+    m.sync().await.unwrap();
+    let meta = m.meta(&key).await.unwrap().unwrap();
+    assert!(meta.segments >= 6, "{meta:?}");
+    let seg = meta.segment_bytes as usize;
+    // Segment 3's copy goes from every device but the last position's (reads prefer the
+    // first positions).
+    let layout = m.layout();
+    let keep = layout.place(&key).device(2);
+    let mut holders = Vec::new();
+    for (d, dev) in held.iter().enumerate() {
+        for k in device_keys(dev).await {
+            if k.len() == 1 + key.len() + 12 && k.ends_with(&3u32.to_be_bytes()) {
+                holders.push((d, k));
+            }
+        }
+    }
+    assert_eq!(holders.len(), 3);
+    for (d, dkey) in holders.iter().filter(|(d, _)| *d != keep) {
+        held[*d].inner.delete(dkey, true).await.unwrap();
+    }
+    let read_bytes = || m.devices().counters.retrieve_bytes.load(Ordering::Relaxed);
+    let repairs = || m.devices().counters.repairs.load(Ordering::Relaxed);
+    let offset = 3 * seg + 5000;
+    let mut careful = None;
+    for _ in 0..20 {
+        let (before, repaired) = (read_bytes(), repairs());
+        let (got, _) = m
+            .get(
+                &key,
+                ReadRange {
+                    offset: offset as u64,
+                    len: Some(4096),
+                },
+            )
+            .await
+            .unwrap();
+        assert!(got == value[offset..offset + 4096]);
+        if repairs() > repaired {
+            careful = Some(read_bytes() - before);
+            break;
+        }
+    }
+    let bytes = careful.expect("no read went the careful way");
+    assert!(
+        bytes < 5 * seg as u64,
+        "the careful read of one segment read {bytes} B ({} segments)",
+        bytes as f64 / seg as f64
     );
 }
