@@ -334,15 +334,17 @@ impl Inner {
                         if let Ok(h) = PieceHeader::decode_unchecked(&bytes) {
                             if let Some(mech) = mechanism_of(&h) {
                                 self.observe_version(h.version);
-                                // Segment 0 is full when there are more: its length is the cut.
-                                let segment_bytes = match (h.segment_count > 1, h.kind) {
-                                    (false, _) => h.object_len.max(1),
-                                    (true, PieceKind::Shard) => h.k as u64 * h.payload_len as u64,
-                                    (true, PieceKind::Copy | PieceKind::Hashed) => {
-                                        h.payload_len as u64
-                                    }
-                                    (true, _) => self.segment_bytes(mech) as u64,
+                                // Segment 0's length, from its piece's.
+                                let segment0_len = match h.kind {
+                                    PieceKind::Shard => h.k as u64 * h.payload_len as u64,
+                                    PieceKind::Copy | PieceKind::Hashed => h.payload_len as u64,
+                                    _ => self.segment_bytes(mech) as u64,
                                 };
+                                let segment_bytes = crate::manager::object_cut(
+                                    h.segment_count,
+                                    segment0_len,
+                                    h.object_len,
+                                );
                                 return Ok(Some(ObjectMeta {
                                     mechanism: mech,
                                     version: h.version,

@@ -439,4 +439,23 @@ impl DeviceSet {
         self.run(d, Op::Read, |dev| async move { dev.iterate(req).await })
             .await
     }
+
+    /// Every key under `prefix` on device `d`, batch after batch.
+    pub async fn iterate_keys(&self, d: usize, prefix: &[u8]) -> Result<Vec<Vec<u8>>, DeviceError> {
+        let mut req = IterRequest {
+            prefix: prefix.to_vec(),
+            start_after: None,
+            entries_max: 4096,
+            with_values: false,
+        };
+        let mut keys = Vec::new();
+        loop {
+            let batch = self.iterate(d, &req).await?;
+            keys.extend(batch.entries.into_iter().map(|e| e.key));
+            if !batch.more {
+                return Ok(keys);
+            }
+            req.start_after = keys.last().cloned();
+        }
+    }
 }

@@ -78,6 +78,15 @@ pub(crate) struct Resolved {
     pub data: Vec<u8>,
 }
 
+/// [`ObjectMeta::segment_bytes`] of an object of `segments` segments and `object_len` bytes
+/// whose segment 0 is `segment0_len` bytes long.
+pub(crate) fn object_cut(segments: u32, segment0_len: u64, object_len: u64) -> u64 {
+    match segments > 1 {
+        true => segment0_len,
+        false => object_len.max(1),
+    }
+}
+
 impl Resolved {
     /// What the object whose segment 0 this is looks like.
     pub(crate) fn meta(&self) -> ObjectMeta {
@@ -86,10 +95,7 @@ impl Resolved {
             version: self.version,
             len: self.object_len,
             segments: self.segment_count,
-            segment_bytes: match self.segment_count > 1 {
-                true => self.data.len() as u64,
-                false => self.object_len.max(1),
-            },
+            segment_bytes: object_cut(self.segment_count, self.data.len() as u64, self.object_len),
         }
     }
 }
@@ -696,37 +702,18 @@ impl Manager {
             return Err(lost);
         }
         for d in in_service {
-            let mut doomed = vec![segment_key(key, 0, 0)];
-            let mut req = railstore_device::IterRequest {
-                prefix: later_prefix.clone(),
-                start_after: None,
-                entries_max: 4096,
-                with_values: false,
-            };
-            loop {
-                let batch = inner
-                    .io
-                    .iterate(d, &req)
-                    .await
-                    .map_err(|source| RedundancyError::Device { device: d, source })?;
-                doomed.extend(
-                    batch
-                        .entries
-                        .iter()
-                        .filter(|e| e.key.len() == later_prefix.len() + 12)
-                        .map(|e| e.key.clone()),
-                );
-                if !batch.more {
-                    break;
-                }
-                req.start_after = batch.entries.last().map(|e| e.key.clone());
-            }
-            for dkey in &doomed {
-                inner
-                    .io
-                    .delete(d, dkey)
-                    .await
-                    .map_err(|source| RedundancyError::Device { device: d, source })?;
+            let device_error = |source| RedundancyError::Device { device: d, source };
+            let later = inner
+                .io
+                .iterate_keys(d, &later_prefix)
+                .await
+                .map_err(device_error)?;
+            // Only this key's: longer keys that start with it have other lengths.
+            let ours = later
+                .into_iter()
+                .filter(|k| k.len() == later_prefix.len() + 12);
+            for dkey in std::iter::once(segment_key(key, 0, 0)).chain(ours) {
+                inner.io.delete(d, &dkey).await.map_err(device_error)?;
             }
         }
         tracing::warn!(

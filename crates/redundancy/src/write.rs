@@ -74,10 +74,11 @@ impl Inner {
             version,
             len: value.len() as u64,
             segments: segments_u32,
-            segment_bytes: match segments > 1 {
-                true => seg_bytes as u64,
-                false => (value.len() as u64).max(1),
-            },
+            segment_bytes: crate::manager::object_cut(
+                segments_u32,
+                seg_bytes as u64,
+                value.len() as u64,
+            ),
         });
         Ok(())
     }

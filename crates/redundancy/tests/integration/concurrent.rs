@@ -9,8 +9,8 @@
 //!   whole object.
 
 use railstore_device::{
-    Device, DeviceError, DeviceInfo, IterBatch, IterRequest, Limits, MemDevice, ReadRange,
-    Retrieved, StoreMode,
+    iterate_all, Device, DeviceError, DeviceInfo, IterBatch, IterRequest, Limits, MemDevice,
+    ReadRange, Retrieved, StoreMode,
 };
 use railstore_redundancy::format::segment_key;
 use railstore_redundancy::{
@@ -117,17 +117,8 @@ async fn open(held: &[Arc<Held>], mech: &str) -> Manager {
 
 /// Every key the device holds.
 async fn device_keys(dev: &Held) -> Vec<Vec<u8>> {
-    let all = dev
-        .inner
-        .iterate(&IterRequest {
-            prefix: Vec::new(),
-            start_after: None,
-            entries_max: 100_000,
-            with_values: false,
-        })
-        .await
-        .unwrap();
-    all.entries.into_iter().map(|e| e.key).collect()
+    let all = iterate_all(&dev.inner, b"", false).await.unwrap();
+    all.into_iter().map(|e| e.key).collect()
 }
 
 /// Waits (real time, briefly) until `done` holds.
